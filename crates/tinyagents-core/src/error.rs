@@ -1,0 +1,84 @@
+//! The error type of the framework.
+
+use crate::limits::LimitKind;
+use crate::model::ModelError;
+
+/// An error of the framework. Each variant carries structured fields, so a
+/// host can act on them without parsing text.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum TinyAgentsError {
+    /// No tool of that name may be called here.
+    #[error("tool not found: {name}")]
+    ToolNotFound {
+        /// The name asked for.
+        name: String,
+    },
+    /// A tool call failed or was refused; `message` is what the model reads.
+    #[error("{message}")]
+    ToolFailed {
+        /// The tool's name.
+        tool: String,
+        /// What went wrong.
+        message: String,
+    },
+    /// A tool's arguments were not acceptable.
+    #[error("invalid arguments for tool '{tool}': {message}")]
+    InvalidArguments {
+        /// The tool's name.
+        tool: String,
+        /// The JSON path of the first problem (empty for the whole value).
+        path: String,
+        /// What was wrong and what was expected.
+        message: String,
+    },
+    /// A run limit was reached.
+    #[error("limit exceeded: {kind} (limit {limit}, used {used})")]
+    LimitExceeded {
+        /// Which limit.
+        kind: LimitKind,
+        /// Its value.
+        limit: u64,
+        /// What had been used when the limit refused.
+        used: u64,
+    },
+    /// A call or a run took longer than it was allowed.
+    #[error("'{what}' timed out after {after_ms} ms")]
+    Timeout {
+        /// What timed out (a tool's name, or `run`).
+        what: String,
+        /// The bound, in milliseconds.
+        after_ms: u64,
+    },
+    /// The run was cancelled.
+    #[error("the run was cancelled")]
+    Cancelled,
+    /// The model provider failed.
+    #[error("model error: {0}")]
+    Model(#[from] ModelError),
+    /// A policy refused (middleware, security gate, approval). Fail-closed
+    /// errors land here with the name of what refused.
+    #[error("denied by {by}: {reason}")]
+    Denied {
+        /// The middleware or gate that refused.
+        by: String,
+        /// Why.
+        reason: String,
+    },
+    /// The host configured the harness in a way that cannot run.
+    #[error("configuration error: {0}")]
+    Config(String),
+    /// Persisted state could not be read back.
+    #[error("state error: {0}")]
+    State(String),
+}
+
+impl TinyAgentsError {
+    /// A `ToolFailed` error.
+    pub fn tool_failed(tool: impl Into<String>, message: impl Into<String>) -> Self {
+        Self::ToolFailed {
+            tool: tool.into(),
+            message: message.into(),
+        }
+    }
+}

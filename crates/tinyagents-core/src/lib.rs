@@ -1,0 +1,38 @@
+//! Core types of tinyagents.
+//!
+//! This crate holds what every other crate of the framework speaks: ids
+//! ([`RunId`], [`CallId`], …), tool calls and results, transcript messages,
+//! events, the error type, run limits, the shared budget ([`LimitTracker`]),
+//! the context every hook reads ([`RunContext`], [`State`]) and the
+//! [`ChatModel`] seam.
+//!
+//! It is not the agent loop (that is `tinyagents-harness`), nor a tool
+//! registry (`tinytools`), nor a model provider (`tinyagents-models`). It
+//! has no async runtime of its own.
+
+mod call;
+mod context;
+mod error;
+mod event;
+mod ids;
+mod limits;
+mod message;
+mod model;
+mod sync;
+mod tracker;
+
+pub use call::{ModelToolCall, ToolCall, ToolControl, ToolResult};
+pub use context::{PayloadCapture, RunContext, State};
+pub use error::TinyAgentsError;
+pub use event::{AgentEvent, RunStatus};
+pub use ids::{AgentId, CallId, RunId, SessionId};
+pub use limits::{LimitBehavior, LimitKind, RunLimits, Usage};
+pub use message::Message;
+pub use model::{
+    ChatModel, ChatRequest, ChatResponse, DeltaSink, ModelDelta, ModelError, ModelOptions,
+    ToolDefinition,
+};
+pub use tracker::{BudgetCounts, LimitTracker};
+
+/// Re-exported so tools and models can share the cancellation token type.
+pub use tokio_util::sync::CancellationToken;

@@ -1,0 +1,194 @@
+//! Argument preparation: injected arguments, the invalid-arguments policy
+//! and JSON Schema validation.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use tinyagents_core::{TinyAgentsError, ToolCall};
+
+use crate::registry::RegisteredTool;
+
+/// What happens when well-formed arguments break the tool's schema.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum InvalidArgsPolicy {
+    /// The run fails with `TinyAgentsError::InvalidArguments`.
+    Fail,
+    /// The model gets an error result naming the JSON path and what was
+    /// expected, and may repair the call.
+    #[default]
+    ReturnToModel,
+    /// First undo the mistakes small local models make (an object sent as a
+    /// JSON string or inside a markdown fence, one wrapper key around the
+    /// real arguments), then return what still fails to the model.
+    NormalizeThenReturn,
+}
+
+/// Why arguments were not accepted.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ArgumentError {
+    /// The model's text was not JSON.
+    #[error("arguments for tool '{tool}' are not valid JSON ({detail}); received: {raw}")]
+    NotJson {
+        /// The tool.
+        tool: String,
+        /// What the model sent, cut at 512 bytes.
+        raw: String,
+        /// The parser's complaint.
+        detail: String,
+    },
+    /// The arguments broke the schema.
+    #[error("invalid arguments for tool '{tool}' at '{}': {message}", display_path(.path))]
+    Invalid {
+        /// The tool.
+        tool: String,
+        /// JSON pointer of the first problem (empty for the whole value).
+        path: String,
+        /// What was wrong and what was expected.
+        message: String,
+    },
+    /// The tool needs an argument the host did not supply.
+    #[error("tool '{tool}' needs the host to inject '{key}', and the host supplied no value")]
+    MissingInjected {
+        /// The tool.
+        tool: String,
+        /// The argument.
+        key: String,
+    },
+}
+
+fn display_path(path: &str) -> &str {
+    if path.is_empty() { "<root>" } else { path }
+}
+
+impl From<ArgumentError> for TinyAgentsError {
+    fn from(error: ArgumentError) -> Self {
+        let message = error.to_string();
+        match error {
+            ArgumentError::Invalid { tool, path, .. } => {
+                TinyAgentsError::InvalidArguments { tool, path, message }
+            }
+            ArgumentError::NotJson { tool, .. } => TinyAgentsError::InvalidArguments {
+                tool,
+                path: String::new(),
+                message,
+            },
+            ArgumentError::MissingInjected { tool, .. } => {
+                TinyAgentsError::tool_failed(tool, message)
+            }
+        }
+    }
+}
+
+/// Prepares a call's arguments for its tool: parses, injects the host's
+/// values (overwriting the model's), normalises under
+/// [`InvalidArgsPolicy::NormalizeThenReturn`], and validates against the
+/// schema compiled at registration.
+pub fn prepare_arguments(
+    entry: &RegisteredTool,
+    call: &ToolCall,
+    injected: &Map<String, Value>,
+    policy: InvalidArgsPolicy,
+) -> Result<Value, ArgumentError> {
+    let tool = &entry.spec().name;
+    let mut args = match &call.raw_arguments {
+        None if call.arguments.is_null() => Value::Object(Map::new()),
+        None => call.arguments.clone(),
+        Some(raw) => match (policy, parse_fenced(raw)) {
+            (InvalidArgsPolicy::NormalizeThenReturn, Some(parsed)) => parsed,
+            _ => {
+                let detail = serde_json::from_str::<Value>(raw)
+                    .err()
+                    .map_or_else(|| "not an object".to_owned(), |e| e.to_string());
+                return Err(ArgumentError::NotJson {
+                    tool: tool.clone(),
+                    raw: cut(raw, 512),
+                    detail,
+                });
+            }
+        },
+    };
+    inject(entry, &mut args, injected)?;
+    let Err(first) = entry.validate(&args) else {
+        return Ok(args);
+    };
+    if policy != InvalidArgsPolicy::NormalizeThenReturn {
+        return Err(first);
+    }
+    match normalize(entry, &args) {
+        Some(mut fixed) => {
+            inject(entry, &mut fixed, injected)?;
+            entry.validate(&fixed).map(|()| fixed).map_err(|_| first)
+        }
+        None => Err(first),
+    }
+}
+
+fn inject(
+    entry: &RegisteredTool,
+    args: &mut Value,
+    injected: &Map<String, Value>,
+) -> Result<(), ArgumentError> {
+    let spec = entry.spec();
+    if spec.injected.is_empty() {
+        return Ok(());
+    }
+    let Value::Object(object) = args else {
+        return Ok(()); // not an object: validation names the problem
+    };
+    for key in &spec.injected {
+        let value = injected.get(key).ok_or_else(|| ArgumentError::MissingInjected {
+            tool: spec.name.clone(),
+            key: key.clone(),
+        })?;
+        object.insert(key.clone(), value.clone());
+    }
+    Ok(())
+}
+
+/// Undoes the common mistakes of small models. `None` when nothing applies.
+fn normalize(entry: &RegisteredTool, args: &Value) -> Option<Value> {
+    match args {
+        Value::String(text) => parse_fenced(text),
+        Value::Object(object) => {
+            let declared = entry.spec().parameters.get("properties");
+            let mut candidates = object
+                .iter()
+                .filter(|(key, _)| !entry.spec().injected.contains(key));
+            let (key, inner) = candidates.next()?;
+            if candidates.next().is_some() || declared.is_some_and(|p| p.get(key).is_some()) {
+                return None;
+            }
+            match inner {
+                Value::Object(_) => Some(inner.clone()),
+                Value::String(text) => parse_fenced(text),
+                _ => None,
+            }
+        }
+        _ => None,
+    }
+}
+
+/// Parses an object written as text, possibly inside a markdown fence.
+fn parse_fenced(text: &str) -> Option<Value> {
+    let mut body = text.trim();
+    if let Some(rest) = body.strip_prefix("```") {
+        let rest = rest.trim_start_matches(|c: char| c.is_ascii_alphanumeric());
+        body = rest.strip_suffix("```").unwrap_or(rest).trim();
+    }
+    match serde_json::from_str::<Value>(body) {
+        Ok(value @ Value::Object(_)) => Some(value),
+        _ => None,
+    }
+}
+
+/// Cuts `text` to at most `max` bytes on a character boundary.
+pub fn cut(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_owned();
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text[..end].to_owned()
+}

@@ -1,0 +1,185 @@
+//! Tools from async functions, with the JSON Schema derived from the
+//! argument type (`schemars`).
+
+use std::future::Future;
+use std::marker::PhantomData;
+use std::pin::Pin;
+
+use async_trait::async_trait;
+use schemars::JsonSchema;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use tinyagents_core::ToolResult;
+
+use crate::spec::ToolSpec;
+use crate::tool::{Tool, ToolCallOptions, ToolRunContext};
+
+/// What a tool function may return.
+pub trait IntoToolResult {
+    /// The result the model reads.
+    fn into_tool_result(self) -> ToolResult;
+}
+
+impl IntoToolResult for ToolResult {
+    fn into_tool_result(self) -> ToolResult {
+        self
+    }
+}
+
+impl IntoToolResult for String {
+    fn into_tool_result(self) -> ToolResult {
+        ToolResult::text(self)
+    }
+}
+
+impl IntoToolResult for &'static str {
+    fn into_tool_result(self) -> ToolResult {
+        ToolResult::text(self)
+    }
+}
+
+impl IntoToolResult for Value {
+    fn into_tool_result(self) -> ToolResult {
+        match self {
+            Value::String(text) => ToolResult::text(text),
+            other => ToolResult::json(&other),
+        }
+    }
+}
+
+type BoxedResult = Pin<Box<dyn Future<Output = anyhow::Result<ToolResult>> + Send>>;
+
+/// How a [`FnTool`] calls its function.
+pub trait ToolHandler<A>: Send + Sync + 'static {
+    /// Calls the function.
+    fn call(&self, args: A, context: Option<&ToolRunContext>) -> BoxedResult;
+}
+
+/// A function of the arguments only.
+#[derive(Debug, Clone, Copy)]
+pub struct ArgsOnly<F>(F);
+
+/// A function of the arguments and (a clone of) the call's context.
+#[derive(Debug, Clone, Copy)]
+pub struct WithContext<F>(F);
+
+impl<A, F, Fut, R> ToolHandler<A> for ArgsOnly<F>
+where
+    F: Fn(A) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = anyhow::Result<R>> + Send + 'static,
+    R: IntoToolResult,
+{
+    fn call(&self, args: A, _context: Option<&ToolRunContext>) -> BoxedResult {
+        let future = (self.0)(args);
+        Box::pin(async move { future.await.map(IntoToolResult::into_tool_result) })
+    }
+}
+
+impl<A, F, Fut, R> ToolHandler<A> for WithContext<F>
+where
+    F: Fn(A, Option<ToolRunContext>) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = anyhow::Result<R>> + Send + 'static,
+    R: IntoToolResult,
+{
+    fn call(&self, args: A, context: Option<&ToolRunContext>) -> BoxedResult {
+        let future = (self.0)(args, context.cloned());
+        Box::pin(async move { future.await.map(IntoToolResult::into_tool_result) })
+    }
+}
+
+/// A tool made from an async function whose argument type derives
+/// `Deserialize` and `JsonSchema`.
+pub struct FnTool<A, H> {
+    spec: ToolSpec,
+    handler: H,
+    _args: PhantomData<fn(A)>,
+}
+
+impl<A, H> std::fmt::Debug for FnTool<A, H> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FnTool").field("spec", &self.spec).finish_non_exhaustive()
+    }
+}
+
+fn derived_schema<A: JsonSchema>() -> Value {
+    let mut schema = schemars::schema_for!(A).to_value();
+    if let Value::Object(object) = &mut schema {
+        object.remove("title");
+    }
+    schema
+}
+
+impl<A, F> FnTool<A, ArgsOnly<F>>
+where
+    A: DeserializeOwned + JsonSchema,
+{
+    /// A tool that calls `f` with the parsed arguments.
+    ///
+    /// ```
+    /// # use tinytools::FnTool;
+    /// #[derive(serde::Deserialize, schemars::JsonSchema)]
+    /// struct Add { a: i64, b: i64 }
+    /// let add = FnTool::new("add", "Adds two integers.", |args: Add| async move {
+    ///     anyhow::Ok((args.a + args.b).to_string())
+    /// });
+    /// ```
+    pub fn new(name: impl Into<String>, description: impl Into<String>, f: F) -> Self {
+        Self {
+            spec: ToolSpec::new(name, description, derived_schema::<A>()),
+            handler: ArgsOnly(f),
+            _args: PhantomData,
+        }
+    }
+}
+
+impl<A, F> FnTool<A, WithContext<F>>
+where
+    A: DeserializeOwned + JsonSchema,
+{
+    /// A tool that calls `f` with the parsed arguments and the call's context.
+    pub fn with_context(name: impl Into<String>, description: impl Into<String>, f: F) -> Self {
+        Self {
+            spec: ToolSpec::new(name, description, derived_schema::<A>()),
+            handler: WithContext(f),
+            _args: PhantomData,
+        }
+    }
+}
+
+impl<A, H> FnTool<A, H> {
+    /// Changes the spec (flags, timeout, side effects).
+    #[must_use]
+    pub fn map_spec(mut self, f: impl FnOnce(ToolSpec) -> ToolSpec) -> Self {
+        self.spec = f(self.spec);
+        self
+    }
+}
+
+#[async_trait]
+impl<A, H> Tool for FnTool<A, H>
+where
+    A: DeserializeOwned + Send + 'static,
+    H: ToolHandler<A>,
+{
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    async fn execute_with_context(
+        &self,
+        args: Value,
+        _opts: ToolCallOptions,
+        context: Option<&ToolRunContext>,
+    ) -> anyhow::Result<ToolResult> {
+        let parsed: A = match serde_json::from_value(args) {
+            Ok(parsed) => parsed,
+            Err(e) => {
+                return Ok(ToolResult::error(format!(
+                    "arguments for tool '{}' do not fit its type: {e}",
+                    self.spec.name
+                )));
+            }
+        };
+        self.handler.call(parsed, context).await
+    }
+}
