@@ -97,6 +97,18 @@ impl ModelToolCall {
     }
 }
 
+/// Whether a call may run again after a crash left its outcome unknown.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolReplay {
+    /// Running it twice is harmless (reads, idempotent writes).
+    Safe,
+    /// Its effect must not repeat (payments, messages, deletions). The
+    /// default: a tool must opt in to being replayed.
+    #[default]
+    Never,
+}
+
 /// A request from a tool's result to change the course of the run. Honoured
 /// for model-issued calls only.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

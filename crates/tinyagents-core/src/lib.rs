@@ -21,7 +21,7 @@ mod model;
 mod sync;
 mod tracker;
 
-pub use call::{ModelToolCall, ToolCall, ToolControl, ToolResult};
+pub use call::{ModelToolCall, ToolCall, ToolControl, ToolReplay, ToolResult};
 pub use context::{PayloadCapture, RunContext, State};
 pub use error::TinyAgentsError;
 pub use event::{AgentEvent, RunStatus};

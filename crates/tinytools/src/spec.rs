@@ -4,18 +4,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-
-/// Whether a call may run again after a crash left its outcome unknown.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ToolReplay {
-    /// Running it twice is harmless (reads, idempotent writes).
-    Safe,
-    /// Its effect must not repeat (payments, messages, deletions). The
-    /// default: a tool must opt in to being replayed.
-    #[default]
-    Never,
-}
+pub use tinyagents_core::ToolReplay;
 
 /// What a tool's error does to the run.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
