@@ -8,6 +8,7 @@ use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
 use crate::error::TinyAgentsError;
+use crate::extensions::{Approvals, Extensions};
 use crate::ids::{AgentId, RunId};
 use crate::limits::{LimitKind, RunLimits, Usage};
 use crate::message::Message;
@@ -49,6 +50,10 @@ pub struct RunContext {
     pub capture: PayloadCapture,
     /// Host metadata that travels with the run (and into delegated runs).
     pub properties: Arc<Map<String, Value>>,
+    /// Approvals granted for this run's calls.
+    pub approvals: Approvals,
+    /// Typed values attached by the host or the harness.
+    pub extensions: Extensions,
     tracker: Arc<LimitTracker>,
     cancel: CancellationToken,
     segment_started: Instant,
@@ -72,6 +77,8 @@ impl RunContext {
             depth: 0,
             capture: PayloadCapture::default(),
             properties: Arc::new(Map::new()),
+            approvals: Approvals::default(),
+            extensions: Extensions::default(),
             tracker,
             cancel: CancellationToken::new(),
             segment_started: Instant::now(),
@@ -146,6 +153,9 @@ pub struct State {
     pub messages: Vec<Message>,
     /// Model turns taken.
     pub turn: u32,
+    /// Tool calls the model has issued in this run (numbers the ids `p1`, `p2`, …).
+    #[serde(default)]
+    pub calls_issued: u64,
     /// Tokens used.
     pub usage: Usage,
     /// Scratch values middlewares may keep with the state (persisted with it).

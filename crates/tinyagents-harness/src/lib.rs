@@ -1,1 +1,27 @@
-//! placeholder
+//! The tinyagents agent loop.
+//!
+//! [`AgentHarness`] runs an agent: it asks the model, admits each tool call
+//! through one path (lookup, arguments, budget, `before_tool`, the security
+//! gate), executes admitted calls (concurrency-safe ones together, others
+//! alone, each through the `wrap_tool` onion under its timeout), folds the
+//! results back in call order, and repeats until a final answer, a limit, a
+//! deferral for approval, or cancellation. It emits [`AgentEvent`]s to a
+//! bounded channel and returns an [`AgentRun`].
+//!
+//! It is not a model provider (`tinyagents-models`), a tool library
+//! (`tinytools`), or a policy (`tinyagents-middleware`): it drives them.
+//!
+//! [`AgentEvent`]: tinyagents_core::AgentEvent
+
+mod agent_loop;
+mod events;
+mod harness;
+mod run;
+
+pub use agent_loop::ResumeOptions;
+pub use events::{EventReceiver, EventSink, event_channel};
+pub use harness::{AgentHarness, AgentHarnessBuilder};
+pub use run::{
+    AgentRun, ApprovalDecision, PendingCall, RunRequest, SUSPENDED_RUN_FORMAT, SuspendedRun,
+    TurnEntry,
+};

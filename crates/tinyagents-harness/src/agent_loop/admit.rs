@@ -1,0 +1,277 @@
+//! Admission of model-issued calls: budget, lookup, arguments,
+//! `before_tool`, the security gate. A call refused here gets its result at
+//! once; a deferred call waits for a person.
+
+use std::panic::AssertUnwindSafe;
+
+use futures_util::FutureExt;
+use tinyagents_core::{
+    AgentEvent, CallId, ChatResponse, LimitKind, Message, RunContext, State, TinyAgentsError,
+    ToolCall, ToolResult,
+};
+use tinyagents_middleware::{GateDecision, ToolCallRequest, ToolVerdict};
+use tinytools::{InvalidArgsPolicy, RegisteredTool, prepare_arguments};
+
+use super::{RunAcc, TurnEnd, denied_by};
+use crate::events::EventSink;
+use crate::harness::AgentHarness;
+use crate::run::PendingCall;
+
+/// One call of a turn, as admission leaves it.
+pub(crate) enum Slot<'h> {
+    /// Admitted: runs with these prepared arguments.
+    Run {
+        call: ToolCall,
+        entry: &'h RegisteredTool,
+    },
+    /// Refused at admission: this result is its answer.
+    Refused { call: ToolCall, result: ToolResult },
+    /// Waits for approval.
+    Pending(PendingCall),
+    /// Settled in an earlier segment of a resumed turn.
+    Settled(tinyagents_core::Message),
+}
+
+/// How admission of one call ended.
+pub(crate) enum Admission<'h> {
+    Run(ToolCall, &'h RegisteredTool),
+    Refused(String),
+    Pending(ToolCall, String),
+    Fatal(TinyAgentsError),
+}
+
+impl AgentHarness {
+    /// Runs one turn that issued tool calls: admission, execution, fold.
+    pub(crate) async fn tool_turn(
+        &self,
+        ctx: &mut RunContext,
+        state: &mut State,
+        events: &EventSink,
+        acc: &mut RunAcc,
+        response: ChatResponse,
+        token_limit: Option<TinyAgentsError>,
+    ) -> Result<TurnEnd, TinyAgentsError> {
+        let first = state.calls_issued + 1;
+        state.calls_issued += response.tool_calls.len() as u64;
+        let calls: Vec<ToolCall> = response
+            .tool_calls
+            .into_iter()
+            .zip(first..)
+            .map(|(call, index)| call.into_call(CallId::model(index)))
+            .collect();
+        let assistant_text = response.content;
+        state.messages.push(Message::Assistant {
+            content: assistant_text.clone(),
+            tool_calls: calls.clone(),
+            reasoning: response.reasoning,
+        });
+        let mut limit = token_limit;
+        let mut slots = Vec::with_capacity(calls.len());
+        for (position, call) in calls.into_iter().enumerate() {
+            let admission = match &limit {
+                // A token cap crossed by this very response refuses all its calls.
+                Some(reached @ TinyAgentsError::LimitExceeded { kind: LimitKind::Tokens, .. }) => {
+                    Admission::Refused(limit_text(reached))
+                }
+                _ => self.admit(ctx, state, call.clone(), position, &mut limit).await,
+            };
+            let slot = match admission {
+                Admission::Run(prepared, entry) => Slot::Run { call: prepared, entry },
+                Admission::Refused(message) => {
+                    self.emit_refused(ctx, events, &call, &message).await;
+                    Slot::Refused { call, result: ToolResult::error(message) }
+                }
+                Admission::Pending(prepared, reason) => {
+                    Slot::Pending(PendingCall { call: prepared, reason })
+                }
+                Admission::Fatal(error) => return Ok(TurnEnd::Fail(error)),
+            };
+            slots.push(slot);
+        }
+        if let Some(TinyAgentsError::LimitExceeded { kind, limit: value, used }) = &limit {
+            if !acc.limit_reported {
+                acc.limit_reported = true;
+                events
+                    .emit(|| AgentEvent::LimitReached { kind: *kind, limit: *value, used: *used })
+                    .await;
+            }
+        }
+        let outcomes = self.execute_turn(ctx, state, events, &slots).await;
+        self.fold_turn(ctx, state, events, acc, slots, outcomes, assistant_text, limit)
+            .await
+    }
+
+    /// Admits one model-issued call. Every issued call spends a slot of the
+    /// budget, so a model that keeps sending broken calls is bounded.
+    async fn admit<'h>(
+        &'h self,
+        ctx: &mut RunContext,
+        state: &State,
+        call: ToolCall,
+        position: usize,
+        limit: &mut Option<TinyAgentsError>,
+    ) -> Admission<'h> {
+        let max_parallel = ctx.limits.max_parallel_calls;
+        if u32::try_from(position).unwrap_or(u32::MAX) >= max_parallel {
+            let reached = TinyAgentsError::LimitExceeded {
+                kind: LimitKind::ParallelCalls,
+                limit: u64::from(max_parallel),
+                used: u64::try_from(position).unwrap_or(u64::MAX) + 1,
+            };
+            let text = limit_text(&reached);
+            limit.get_or_insert(reached);
+            return Admission::Refused(text);
+        }
+        if let Err(reached) = ctx.tracker().try_reserve_tool_call() {
+            let text = limit_text(&reached);
+            limit.get_or_insert(reached);
+            return Admission::Refused(text);
+        }
+        let Some(entry) = self.lookup(&call.name) else {
+            return Admission::Refused(self.not_found_text(&call.name));
+        };
+        let call = match prepare_arguments(entry, &call, &self.injected, self.invalid_args) {
+            Ok(arguments) => ToolCall { arguments, raw_arguments: None, ..call },
+            Err(error) if self.invalid_args == InvalidArgsPolicy::Fail => {
+                return Admission::Fatal(error.into());
+            }
+            Err(error) => return Admission::Refused(error.to_string()),
+        };
+        self.authorize(ctx, state, call, entry).await
+    }
+
+    /// The policy stages of admission: `before_tool` on every middleware
+    /// (most restrictive verdict wins; an error is a denial), then the gate.
+    pub(crate) async fn authorize<'h>(
+        &'h self,
+        ctx: &mut RunContext,
+        state: &State,
+        mut call: ToolCall,
+        entry: &'h RegisteredTool,
+    ) -> Admission<'h> {
+        let mut verdict = ToolVerdict::Allow;
+        for middleware in &self.middlewares {
+            let name_before = call.name.clone();
+            let next = match middleware.before_tool(ctx, state, &mut call).await {
+                Ok(next) => next,
+                Err(error) => ToolVerdict::Deny { reason: denied_by(middleware.name(), &error).to_string() },
+            };
+            if call.name != name_before {
+                return Admission::Refused(format!(
+                    "denied by {}: a middleware may not change which tool is called",
+                    middleware.name()
+                ));
+            }
+            verdict = verdict.most_restrictive(match next {
+                ToolVerdict::Deny { reason } => ToolVerdict::Deny {
+                    reason: prefix_denial(middleware.name(), reason),
+                },
+                other => other,
+            });
+            if matches!(verdict, ToolVerdict::Deny { .. }) {
+                break;
+            }
+        }
+        if let ToolVerdict::Deny { reason } = verdict {
+            return Admission::Refused(reason);
+        }
+        if let Some(gate) = &self.gate {
+            let request = ToolCallRequest {
+                run_id: &ctx.run_id,
+                agent_id: ctx.agent_id.as_ref(),
+                call_id: &call.id,
+                parent_call_id: None,
+                spec: entry.spec(),
+                arguments: &call.arguments,
+            };
+            let decision = AssertUnwindSafe(gate.authorize_tool(&request)).catch_unwind().await;
+            match decision {
+                Ok(Ok(GateDecision::Allow)) => {}
+                Ok(Ok(GateDecision::Ask { reason })) => {
+                    if !ctx.approvals.is_call_approved(&call) {
+                        verdict = verdict.most_restrictive(ToolVerdict::Defer { reason });
+                    }
+                }
+                Ok(Ok(GateDecision::Deny { reason })) => {
+                    return Admission::Refused(format!("denied by security gate: {reason}"));
+                }
+                Ok(Err(error)) => {
+                    return Admission::Refused(format!("denied by security gate: the gate failed: {error}"));
+                }
+                Err(_) => {
+                    return Admission::Refused("denied by security gate: the gate panicked".to_owned());
+                }
+            }
+        }
+        match verdict {
+            ToolVerdict::Defer { reason } => Admission::Pending(call, reason),
+            _ => Admission::Run(call, entry),
+        }
+    }
+
+    fn not_found_text(&self, name: &str) -> String {
+        let available: Vec<&str> = self.model_tools.iter().map(|d| d.name.as_str()).collect();
+        format!("tool not found: {name}. Available tools: {}", available.join(", "))
+    }
+
+    /// Emits `ToolStarted` and `ToolFailed` for a call refused before it ran,
+    /// so every call id a host sees has its pair of events.
+    pub(crate) async fn emit_refused(
+        &self,
+        ctx: &RunContext,
+        events: &EventSink,
+        call: &ToolCall,
+        message: &str,
+    ) {
+        if !events.is_active() {
+            return;
+        }
+        let parent_call_id = call.id.parent();
+        let arguments = ctx.capture.tool_io.then(|| self.redacted(&call.arguments));
+        events
+            .emit(|| AgentEvent::ToolStarted {
+                call_id: call.id.clone(),
+                parent_call_id: parent_call_id.clone(),
+                name: call.name.clone(),
+                arguments,
+            })
+            .await;
+        events
+            .emit(|| AgentEvent::ToolFailed {
+                call_id: call.id.clone(),
+                parent_call_id,
+                name: call.name.clone(),
+                duration_ms: 0,
+                error: message.to_owned(),
+            })
+            .await;
+    }
+
+    /// A copy of a model-issued call's payload with every middleware's
+    /// redaction applied, for events and persistence.
+    pub(crate) fn redacted(&self, payload: &serde_json::Value) -> serde_json::Value {
+        let mut copy = payload.clone();
+        for middleware in &self.middlewares {
+            middleware.redact(&mut copy);
+        }
+        copy
+    }
+}
+
+fn prefix_denial(by: &str, reason: String) -> String {
+    if reason.starts_with("denied by ") {
+        reason
+    } else {
+        format!("denied by {by}: {reason}")
+    }
+}
+
+/// The model-readable text of a limit refusal.
+pub(crate) fn limit_text(limit: &TinyAgentsError) -> String {
+    match limit {
+        TinyAgentsError::LimitExceeded { kind, limit, .. } => {
+            format!("refused: the run reached its {kind} limit of {limit}")
+        }
+        other => other.to_string(),
+    }
+}

@@ -1,0 +1,200 @@
+//! Execution of admitted calls: consecutive concurrency-safe calls run
+//! together, polled by the loop's own task; any other call runs alone. Each
+//! call runs through the `wrap_tool` onion under its timeout; a panic
+//! becomes that call's failure; cancellation stops the batch.
+
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::Instant;
+
+use futures_util::stream::{FuturesUnordered, StreamExt};
+use futures_util::FutureExt;
+use tinyagents_core::{AgentEvent, CallId, RunContext, State, TinyAgentsError, ToolCall, ToolResult};
+use tinyagents_middleware::{Next, ToolCallContext};
+use tinytools::{ProgressSink, RegisteredTool, ToolCallOptions, ToolRunContext};
+use tracing::Instrument;
+
+use super::{Slot, millis, with_deadline};
+use crate::events::EventSink;
+use crate::harness::AgentHarness;
+
+/// What running one call gave.
+#[derive(Debug)]
+pub(crate) struct CallOutcome {
+    pub(crate) result: Result<ToolResult, TinyAgentsError>,
+    pub(crate) duration_ms: u64,
+}
+
+impl CallOutcome {
+    fn cancelled(tool: &str) -> Self {
+        Self {
+            result: Err(TinyAgentsError::tool_failed(
+                tool,
+                format!("tool '{tool}' was cancelled: the run was cancelled"),
+            )),
+            duration_ms: 0,
+        }
+    }
+}
+
+impl AgentHarness {
+    /// Runs the admitted calls of a turn. The result has one entry per slot;
+    /// `None` for slots that are not admitted calls, and for admitted calls
+    /// that never started because the run was cancelled.
+    pub(crate) async fn execute_turn(
+        &self,
+        ctx: &RunContext,
+        state: &State,
+        events: &EventSink,
+        slots: &[Slot<'_>],
+    ) -> Vec<Option<CallOutcome>> {
+        let mut outcomes: Vec<Option<CallOutcome>> = slots.iter().map(|_| None).collect();
+        let runnable: Vec<(usize, &ToolCall, &RegisteredTool)> = slots
+            .iter()
+            .enumerate()
+            .filter_map(|(i, slot)| match slot {
+                Slot::Run { call, entry } => Some((i, call, *entry)),
+                _ => None,
+            })
+            .collect();
+        let mut start = 0;
+        while start < runnable.len() && !ctx.is_cancelled() {
+            let mut end = start + 1;
+            if self.runs_shared(runnable[start].2) {
+                while end < runnable.len() && self.runs_shared(runnable[end].2) {
+                    end += 1;
+                }
+            }
+            let batch = &runnable[start..end];
+            if self.run_batch(ctx, state, events, batch, &mut outcomes).await {
+                break;
+            }
+            start = end;
+        }
+        outcomes
+    }
+
+    /// Runs one batch; `true` when the run was cancelled during it.
+    async fn run_batch(
+        &self,
+        ctx: &RunContext,
+        _state: &State,
+        events: &EventSink,
+        batch: &[(usize, &ToolCall, &RegisteredTool)],
+        outcomes: &mut [Option<CallOutcome>],
+    ) -> bool {
+        for (_, call, _) in batch {
+            self.emit_started(ctx, events, call).await;
+        }
+        let mut running: FuturesUnordered<_> = batch
+            .iter()
+            .map(|&(index, call, entry)| async move {
+                (index, self.execute_call(ctx, call.clone(), entry, None, events).await)
+            })
+            .collect();
+        let drive = async {
+            while let Some((index, outcome)) = running.next().await {
+                outcomes[index] = Some(outcome);
+            }
+        };
+        let cancelled = tokio::select! {
+            biased;
+            () = ctx.cancellation().cancelled() => true,
+            () = drive => false,
+        };
+        if cancelled {
+            for &(index, call, _) in batch {
+                outcomes[index].get_or_insert_with(|| CallOutcome::cancelled(&call.name));
+            }
+        }
+        cancelled
+    }
+
+    async fn emit_started(&self, ctx: &RunContext, events: &EventSink, call: &ToolCall) {
+        if !events.is_active() {
+            return;
+        }
+        let arguments = ctx.capture.tool_io.then(|| self.redacted(&call.arguments));
+        events
+            .emit(|| AgentEvent::ToolStarted {
+                call_id: call.id.clone(),
+                parent_call_id: call.id.parent(),
+                name: call.name.clone(),
+                arguments,
+            })
+            .await;
+    }
+
+    /// Runs one call through the onion under its timeout (the tool's own or
+    /// the run's default, and never past the run's wall-clock budget).
+    pub(crate) async fn execute_call(
+        &self,
+        ctx: &RunContext,
+        call: ToolCall,
+        entry: &RegisteredTool,
+        parent_call_id: Option<&CallId>,
+        events: &EventSink,
+    ) -> CallOutcome {
+        let started = Instant::now();
+        let spec = entry.spec();
+        let timeout = match (spec.timeout.or(ctx.limits.tool_timeout), ctx.remaining()) {
+            (Some(own), Some(left)) => Some(own.min(left)),
+            (own, left) => own.or(left),
+        };
+        let tool_context = self.tool_context(ctx, &call.id, events);
+        let wrap_context = ToolCallContext {
+            run: ctx,
+            spec,
+            parent_call_id,
+            tool_context: &tool_context,
+            opts: ToolCallOptions::with_timeout(timeout),
+        };
+        let span = tracing::info_span!(
+            "execute_tool",
+            otel.name = %format_args!("execute_tool {}", spec.name),
+            gen_ai.operation.name = "execute_tool",
+            gen_ai.tool.name = %spec.name,
+            gen_ai.tool.call.id = %call.id,
+        );
+        let onion = Next::new(&self.wraps, entry.tool().as_ref()).run(&wrap_context, call);
+        let guarded = AssertUnwindSafe(onion).catch_unwind().instrument(span);
+        let result = match with_deadline(timeout, guarded).await {
+            None => Err(TinyAgentsError::Timeout {
+                what: spec.name.clone(),
+                after_ms: timeout.map_or(0, |t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
+            }),
+            Some(Err(panic)) => Err(TinyAgentsError::tool_failed(
+                spec.name.clone(),
+                format!("tool '{}' panicked: {}", spec.name, panic_text(panic.as_ref())),
+            )),
+            Some(Ok(result)) => result,
+        };
+        CallOutcome { result, duration_ms: millis(started) }
+    }
+
+    fn tool_context(&self, ctx: &RunContext, call_id: &CallId, events: &EventSink) -> ToolRunContext {
+        let context = ToolRunContext::new(ctx.run_id.clone(), call_id.clone(), ctx.cancellation().clone())
+            .with_agent(ctx.agent_id.clone());
+        if events.is_active() && !call_id.is_nested() {
+            let sink = events.clone();
+            let progress: ProgressSink = Arc::new(move |p| {
+                sink.try_emit(AgentEvent::ToolProgress {
+                    call_id: p.call_id,
+                    fraction: p.fraction,
+                    message: p.message,
+                });
+            });
+            context.with_progress(Some(progress))
+        } else {
+            context
+        }
+    }
+}
+
+fn panic_text(panic: &(dyn std::any::Any + Send)) -> &str {
+    panic
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("(no message)")
+}

@@ -1,0 +1,150 @@
+//! Suspension for approval, and resuming with a person's decisions.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tinyagents_core::{
+    LimitTracker, RunContext, RunStatus, State, TinyAgentsError, ToolResult, args_hash,
+};
+
+use super::{Admission, RunAcc, Slot, TurnEnd};
+use crate::events::EventSink;
+use crate::harness::AgentHarness;
+use crate::run::{AgentRun, ApprovalDecision, SUSPENDED_RUN_FORMAT, SuspendedRun, TurnEntry};
+
+/// Options of a resumed run segment.
+#[derive(Debug, Clone, Default)]
+pub struct ResumeOptions {
+    /// The resumed run's cancellation token; a fresh one when absent.
+    pub cancel: Option<tinyagents_core::CancellationToken>,
+}
+
+impl AgentHarness {
+    /// Ends a run segment waiting for approval: the calls that needed none
+    /// have settled; the state holds what the host needs to resume.
+    pub(crate) async fn suspend(
+        &self,
+        ctx: &RunContext,
+        state: &State,
+        events: &EventSink,
+        acc: &mut RunAcc,
+        turn: Vec<TurnEntry>,
+    ) -> AgentRun {
+        let suspended = SuspendedRun {
+            format: SUSPENDED_RUN_FORMAT,
+            run_id: ctx.run_id.clone(),
+            state: state.clone(),
+            turn,
+            budget: ctx.tracker().counts(),
+            active_ms: u64::try_from(ctx.elapsed().as_millis()).unwrap_or(u64::MAX),
+            properties: (*ctx.properties).clone(),
+            depth: ctx.depth,
+        };
+        let text = state.last_assistant_text().unwrap_or_default().to_owned();
+        let mut run = self
+            .finish(ctx, state, events, acc, RunStatus::AwaitingApproval, text)
+            .await;
+        run.suspended = Some(suspended);
+        run
+    }
+
+    /// Resumes a run suspended for approval. Every pending call needs a
+    /// decision: an approved call runs once (the approval binds to the
+    /// call's id and the hash of its arguments), a denied call gets a
+    /// refusal result. Time spent waiting is not charged to the run's
+    /// wall-clock budget.
+    pub async fn resume(
+        &self,
+        suspended: SuspendedRun,
+        decisions: &[ApprovalDecision],
+        options: ResumeOptions,
+        events: &EventSink,
+    ) -> Result<AgentRun, TinyAgentsError> {
+        suspended.check_format()?;
+        for pending in suspended.pending() {
+            if !decisions.iter().any(|d| d.call_id == pending.call.id) {
+                return Err(TinyAgentsError::State(format!(
+                    "no decision for pending call {} ({}); every pending call needs one",
+                    pending.call.id, pending.call.name
+                )));
+            }
+        }
+        let limits = self.limits.clone();
+        let tracker = Arc::new(LimitTracker::restore(&limits, suspended.budget));
+        let mut ctx = RunContext::with_tracker(suspended.run_id, limits, tracker);
+        if let Some(token) = options.cancel {
+            ctx = ctx.with_cancellation(token);
+        }
+        ctx.resume_clock(Duration::from_millis(suspended.active_ms));
+        ctx.agent_id = self.agent_id.clone();
+        ctx.depth = suspended.depth;
+        ctx.capture = self.capture;
+        ctx.properties = Arc::new(suspended.properties);
+        ctx.extensions.insert(Arc::clone(&self.tools));
+        let mut state = suspended.state;
+        let mut acc = RunAcc::default();
+        let assistant_text = state.last_assistant_text().unwrap_or_default().to_owned();
+        let mut slots = Vec::with_capacity(suspended.turn.len());
+        for entry in suspended.turn {
+            let slot = match entry {
+                TurnEntry::Settled { message } => Slot::Settled(message),
+                TurnEntry::Pending { pending } => {
+                    let decision = decisions.iter().find(|d| d.call_id == pending.call.id);
+                    self.decide(&mut ctx, &state, events, pending.call, decision).await
+                }
+            };
+            slots.push(slot);
+        }
+        let outcomes = self.execute_turn(&ctx, &state, events, &slots).await;
+        let end = self
+            .fold_turn(&mut ctx, &mut state, events, &mut acc, slots, outcomes, assistant_text, None)
+            .await?;
+        match end {
+            TurnEnd::Continue => self.drive(&mut ctx, &mut state, events, &mut acc).await,
+            TurnEnd::Finish(status, text) => Ok(self.finish(&ctx, &state, events, &mut acc, status, text).await),
+            TurnEnd::Limit(limit) => self.limit_reached(&ctx, &state, events, &mut acc, limit).await,
+            TurnEnd::Fail(error) => Err(error),
+            TurnEnd::Suspend(entries) => Ok(self.suspend(&ctx, &state, events, &mut acc, entries).await),
+        }
+    }
+
+    /// Applies a decision to a pending call: approved calls go through the
+    /// policy stages again with the approval granted; others are refused.
+    async fn decide<'h>(
+        &'h self,
+        ctx: &mut RunContext,
+        state: &State,
+        events: &EventSink,
+        call: tinyagents_core::ToolCall,
+        decision: Option<&ApprovalDecision>,
+    ) -> Slot<'h> {
+        let refusal = match decision {
+            Some(d) if d.approved && d.args_hash == args_hash(&call.arguments) => {
+                ctx.approvals.grant(call.id.clone(), d.args_hash.clone());
+                let Some(entry) = self.lookup(&call.name) else {
+                    let text = format!("tool not found: {}", call.name);
+                    self.emit_refused(ctx, events, &call, &text).await;
+                    return Slot::Refused { call, result: ToolResult::error(text) };
+                };
+                match self.authorize(ctx, state, call.clone(), entry).await {
+                    Admission::Run(call, entry) => return Slot::Run { call, entry },
+                    Admission::Pending(call, reason) => {
+                        return Slot::Pending(crate::run::PendingCall { call, reason });
+                    }
+                    Admission::Refused(text) => text,
+                    Admission::Fatal(error) => error.to_string(),
+                }
+            }
+            Some(d) if d.approved => {
+                "refused: the approval does not match this call's arguments, so it was not run".to_owned()
+            }
+            Some(d) => format!(
+                "denied by a person{}",
+                d.reason.as_deref().map(|r| format!(": {r}")).unwrap_or_default()
+            ),
+            None => "refused: no decision was given for this call".to_owned(),
+        };
+        self.emit_refused(ctx, events, &call, &refusal).await;
+        Slot::Refused { call, result: ToolResult::error(refusal) }
+    }
+}

@@ -1,0 +1,56 @@
+//! Where a run's events go: a bounded channel, so a slow consumer slows the
+//! run instead of growing memory.
+
+use tinyagents_core::AgentEvent;
+use tokio::sync::mpsc;
+
+/// The receiving end of a run's events.
+pub type EventReceiver = mpsc::Receiver<AgentEvent>;
+
+/// A bounded event channel of `capacity` events (at least 1).
+pub fn event_channel(capacity: usize) -> (EventSink, EventReceiver) {
+    let (tx, rx) = mpsc::channel(capacity.max(1));
+    (EventSink { tx: Some(tx) }, rx)
+}
+
+/// Where the loop sends events. [`EventSink::none`] discards them at no
+/// cost: events are not even built.
+#[derive(Debug, Clone, Default)]
+pub struct EventSink {
+    tx: Option<mpsc::Sender<AgentEvent>>,
+}
+
+impl EventSink {
+    /// A sink that discards events.
+    pub fn none() -> Self {
+        Self { tx: None }
+    }
+
+    /// A sink over an existing sender.
+    pub fn from_sender(tx: mpsc::Sender<AgentEvent>) -> Self {
+        Self { tx: Some(tx) }
+    }
+
+    /// Whether anyone listens.
+    pub fn is_active(&self) -> bool {
+        self.tx.as_ref().is_some_and(|tx| !tx.is_closed())
+    }
+
+    /// Sends the event `build` makes, waiting for room in the buffer; builds
+    /// nothing when nobody listens. A dropped receiver is not an error.
+    pub async fn emit(&self, build: impl FnOnce() -> AgentEvent) {
+        if let Some(tx) = &self.tx {
+            if !tx.is_closed() {
+                let _ = tx.send(build()).await;
+            }
+        }
+    }
+
+    /// Sends without waiting; drops the event when the buffer is full. For
+    /// advisory events (progress, streamed deltas) from synchronous code.
+    pub fn try_emit(&self, event: AgentEvent) {
+        if let Some(tx) = &self.tx {
+            let _ = tx.try_send(event);
+        }
+    }
+}

@@ -1,0 +1,254 @@
+//! `AgentHarness` and its builder.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use serde_json::{Map, Value};
+use tinyagents_core::{
+    AgentId, ChatModel, ModelOptions, PayloadCapture, RunLimits, TinyAgentsError, ToolDefinition,
+};
+use tinyagents_middleware::{Middleware, SecurityGate, ToolMiddleware};
+use tinytools::{InvalidArgsPolicy, RegisteredTool, Tool, ToolRegistry};
+
+/// Runs agents: a model, its tools, the policies around them and the limits
+/// of each run. Cheap to share; one harness runs many runs at once.
+pub struct AgentHarness {
+    pub(crate) model: Arc<dyn ChatModel>,
+    pub(crate) tools: Arc<ToolRegistry>,
+    pub(crate) allowed: Option<HashSet<String>>,
+    pub(crate) model_tools: Vec<ToolDefinition>,
+    pub(crate) middlewares: Vec<Arc<dyn Middleware>>,
+    pub(crate) wraps: Vec<Arc<dyn ToolMiddleware>>,
+    pub(crate) wraps_concurrent_safe: bool,
+    pub(crate) gate: Option<Arc<dyn SecurityGate>>,
+    pub(crate) limits: RunLimits,
+    pub(crate) capture: PayloadCapture,
+    pub(crate) system_prompt: Option<String>,
+    pub(crate) options: ModelOptions,
+    pub(crate) injected: Map<String, Value>,
+    pub(crate) invalid_args: InvalidArgsPolicy,
+    pub(crate) agent_id: Option<AgentId>,
+}
+
+impl std::fmt::Debug for AgentHarness {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AgentHarness")
+            .field("model", &self.model.name())
+            .field("tools", &self.tools.len())
+            .field("middlewares", &self.middlewares.len())
+            .field("wraps", &self.wraps.len())
+            .field("limits", &self.limits)
+            .finish_non_exhaustive()
+    }
+}
+
+impl AgentHarness {
+    /// Starts building a harness around `model`.
+    pub fn builder(model: Arc<dyn ChatModel>) -> AgentHarnessBuilder {
+        AgentHarnessBuilder {
+            model,
+            tools: ToolRegistry::new(),
+            allowed: None,
+            middlewares: Vec::new(),
+            wraps: Vec::new(),
+            gate: None,
+            limits: RunLimits::default(),
+            capture: PayloadCapture::default(),
+            system_prompt: None,
+            options: ModelOptions::default(),
+            injected: Map::new(),
+            invalid_args: InvalidArgsPolicy::default(),
+            agent_id: None,
+        }
+    }
+
+    /// The limits each run starts with.
+    pub fn limits(&self) -> &RunLimits {
+        &self.limits
+    }
+
+    /// The registry.
+    pub fn tools(&self) -> &ToolRegistry {
+        &self.tools
+    }
+
+    /// The agent this harness runs, if named.
+    pub fn agent_id(&self) -> Option<&AgentId> {
+        self.agent_id.as_ref()
+    }
+
+    /// The tool the model (or a nested call) may call by `name`: in the
+    /// registry's model dispatch and in the run's allow-list.
+    pub(crate) fn lookup(&self, name: &str) -> Option<&RegisteredTool> {
+        if self.allowed.as_ref().is_some_and(|allowed| !allowed.contains(name)) {
+            return None;
+        }
+        self.tools.model_dispatch().get(name)
+    }
+
+    /// Whether a call of `entry` may overlap other concurrency-safe calls.
+    pub(crate) fn runs_shared(&self, entry: &RegisteredTool) -> bool {
+        self.wraps_concurrent_safe && entry.tool().is_concurrency_safe()
+    }
+}
+
+/// Builds an [`AgentHarness`].
+pub struct AgentHarnessBuilder {
+    model: Arc<dyn ChatModel>,
+    tools: ToolRegistry,
+    allowed: Option<HashSet<String>>,
+    middlewares: Vec<Arc<dyn Middleware>>,
+    wraps: Vec<Arc<dyn ToolMiddleware>>,
+    gate: Option<Arc<dyn SecurityGate>>,
+    limits: RunLimits,
+    capture: PayloadCapture,
+    system_prompt: Option<String>,
+    options: ModelOptions,
+    injected: Map<String, Value>,
+    invalid_args: InvalidArgsPolicy,
+    agent_id: Option<AgentId>,
+}
+
+impl std::fmt::Debug for AgentHarnessBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AgentHarnessBuilder").finish_non_exhaustive()
+    }
+}
+
+impl AgentHarnessBuilder {
+    /// Registers a tool the model may call.
+    pub fn tool(mut self, tool: impl Tool) -> Result<Self, TinyAgentsError> {
+        self.register(Arc::new(tool))?;
+        Ok(self)
+    }
+
+    /// Registers a shared tool the model may call.
+    pub fn register(&mut self, tool: Arc<dyn Tool>) -> Result<&mut Self, TinyAgentsError> {
+        self.tools
+            .register(tool)
+            .map_err(|e| TinyAgentsError::Config(e.to_string()))?;
+        Ok(self)
+    }
+
+    /// Uses `registry` as the tools (replacing any registered so far).
+    #[must_use]
+    pub fn registry(mut self, registry: ToolRegistry) -> Self {
+        self.tools = registry;
+        self
+    }
+
+    /// Restricts the run to these tools (the hosted run's allow-list): the
+    /// model is told only of them, and any other name is not found.
+    #[must_use]
+    pub fn allow_tools<S: Into<String>>(mut self, names: impl IntoIterator<Item = S>) -> Self {
+        self.allowed = Some(names.into_iter().map(Into::into).collect());
+        self
+    }
+
+    /// Adds a lifecycle middleware (before hooks run in the order added).
+    #[must_use]
+    pub fn middleware(mut self, middleware: Arc<dyn Middleware>) -> Self {
+        self.middlewares.push(middleware);
+        self
+    }
+
+    /// Adds a wrap layer (the first added is the outermost).
+    #[must_use]
+    pub fn tool_middleware(mut self, layer: Arc<dyn ToolMiddleware>) -> Self {
+        self.wraps.push(layer);
+        self
+    }
+
+    /// Sets the host's security gate.
+    #[must_use]
+    pub fn security_gate(mut self, gate: Arc<dyn SecurityGate>) -> Self {
+        self.gate = Some(gate);
+        self
+    }
+
+    /// Sets the limits of each run.
+    #[must_use]
+    pub fn limits(mut self, limits: RunLimits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    /// Sets which payloads ride on events.
+    #[must_use]
+    pub fn payload_capture(mut self, capture: PayloadCapture) -> Self {
+        self.capture = capture;
+        self
+    }
+
+    /// Sets the standing instruction.
+    #[must_use]
+    pub fn system_prompt(mut self, prompt: impl Into<String>) -> Self {
+        self.system_prompt = Some(prompt.into());
+        self
+    }
+
+    /// Sets the model options.
+    #[must_use]
+    pub fn model_options(mut self, options: ModelOptions) -> Self {
+        self.options = options;
+        self
+    }
+
+    /// Supplies a value for an injected argument (tools declare which).
+    #[must_use]
+    pub fn inject(mut self, key: impl Into<String>, value: Value) -> Self {
+        self.injected.insert(key.into(), value);
+        self
+    }
+
+    /// Sets what happens to arguments that break a tool's schema.
+    #[must_use]
+    pub fn invalid_args(mut self, policy: InvalidArgsPolicy) -> Self {
+        self.invalid_args = policy;
+        self
+    }
+
+    /// Names the agent.
+    #[must_use]
+    pub fn agent_id(mut self, id: AgentId) -> Self {
+        self.agent_id = Some(id);
+        self
+    }
+
+    /// Builds the harness.
+    pub fn build(self) -> Result<AgentHarness, TinyAgentsError> {
+        if let Some(allowed) = &self.allowed {
+            if let Some(unknown) = allowed.iter().find(|n| self.tools.get(n).is_none()) {
+                return Err(TinyAgentsError::Config(format!(
+                    "the allow-list names '{unknown}', which is not registered"
+                )));
+            }
+        }
+        let model_tools = self
+            .tools
+            .model_dispatch()
+            .definitions()
+            .iter()
+            .filter(|d| self.allowed.as_ref().is_none_or(|a| a.contains(&d.name)))
+            .cloned()
+            .collect();
+        let wraps_concurrent_safe = self.wraps.iter().all(|w| w.concurrent_safe());
+        Ok(AgentHarness {
+            model: self.model,
+            tools: Arc::new(self.tools),
+            allowed: self.allowed,
+            model_tools,
+            middlewares: self.middlewares,
+            wraps: self.wraps,
+            wraps_concurrent_safe,
+            gate: self.gate,
+            limits: self.limits,
+            capture: self.capture,
+            system_prompt: self.system_prompt,
+            options: self.options,
+            injected: self.injected,
+            invalid_args: self.invalid_args,
+            agent_id: self.agent_id,
+        })
+    }
+}

@@ -1,0 +1,213 @@
+//! What a run takes and what it gives back.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use tinyagents_core::{
+    BudgetCounts, CallId, CancellationToken, Extensions, LimitTracker, Message, RunId, RunStatus,
+    State, TinyAgentsError, ToolCall, Usage, args_hash,
+};
+
+/// The version of [`SuspendedRun`]'s serialised form.
+pub const SUSPENDED_RUN_FORMAT: u32 = 1;
+
+/// How to start a run.
+#[derive(Debug, Clone, Default)]
+pub struct RunRequest {
+    /// The user's message.
+    pub input: String,
+    /// Earlier conversation, placed after the system message and before the input.
+    pub history: Vec<Message>,
+    /// The run's id; generated when absent.
+    pub run_id: Option<RunId>,
+    /// The run's cancellation token; a fresh one when absent.
+    pub cancel: Option<CancellationToken>,
+    /// Host metadata that travels with the run.
+    pub properties: Map<String, Value>,
+    /// Sub-agent depth (0 for a run a host started).
+    pub depth: u32,
+    /// A budget shared with other runs (a tree-wide budget).
+    pub tracker: Option<Arc<LimitTracker>>,
+    /// Typed values for hooks.
+    pub extensions: Extensions,
+}
+
+impl RunRequest {
+    /// A run answering `input`.
+    pub fn new(input: impl Into<String>) -> Self {
+        Self {
+            input: input.into(),
+            ..Self::default()
+        }
+    }
+
+    /// Sets the cancellation token.
+    #[must_use]
+    pub fn with_cancellation(mut self, token: CancellationToken) -> Self {
+        self.cancel = Some(token);
+        self
+    }
+
+    /// Sets the run id.
+    #[must_use]
+    pub fn with_run_id(mut self, run_id: RunId) -> Self {
+        self.run_id = Some(run_id);
+        self
+    }
+
+    /// Sets the earlier conversation.
+    #[must_use]
+    pub fn with_history(mut self, history: Vec<Message>) -> Self {
+        self.history = history;
+        self
+    }
+
+    /// Sets host metadata.
+    #[must_use]
+    pub fn with_properties(mut self, properties: Map<String, Value>) -> Self {
+        self.properties = properties;
+        self
+    }
+}
+
+/// A call waiting for a person's decision.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PendingCall {
+    /// The call, with its prepared arguments.
+    pub call: ToolCall,
+    /// Why it waits.
+    pub reason: String,
+}
+
+impl PendingCall {
+    /// Approves this call as it is: the approval binds to its id and the
+    /// hash of its arguments.
+    pub fn approve(&self) -> ApprovalDecision {
+        ApprovalDecision {
+            call_id: self.call.id.clone(),
+            args_hash: args_hash(&self.call.arguments),
+            approved: true,
+            reason: None,
+        }
+    }
+
+    /// Denies this call; the model reads `reason`.
+    pub fn deny(&self, reason: impl Into<String>) -> ApprovalDecision {
+        ApprovalDecision {
+            call_id: self.call.id.clone(),
+            args_hash: args_hash(&self.call.arguments),
+            approved: false,
+            reason: Some(reason.into()),
+        }
+    }
+}
+
+/// A person's decision on a pending call.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ApprovalDecision {
+    /// The call decided on.
+    pub call_id: CallId,
+    /// The hash of the arguments that were approved.
+    pub args_hash: String,
+    /// Approved or denied.
+    pub approved: bool,
+    /// Why it was denied.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// One call of the turn a run was suspended in.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum TurnEntry {
+    /// It settled; this is its transcript message.
+    Settled {
+        /// The message.
+        message: Message,
+    },
+    /// It waits for a decision.
+    Pending {
+        /// The call.
+        pending: PendingCall,
+    },
+}
+
+/// A run suspended for approval, as the host keeps it (serialises with
+/// serde; carries a format version and is refused when it does not match).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SuspendedRun {
+    /// [`SUSPENDED_RUN_FORMAT`] when written.
+    pub format: u32,
+    /// The run.
+    pub run_id: RunId,
+    /// The transcript up to the suspended turn's assistant message.
+    pub state: State,
+    /// The suspended turn's calls, in call order.
+    pub turn: Vec<TurnEntry>,
+    /// What the run had spent.
+    pub budget: BudgetCounts,
+    /// Active time spent before the suspension, in milliseconds.
+    pub active_ms: u64,
+    /// Host metadata of the run.
+    #[serde(default)]
+    pub properties: Map<String, Value>,
+    /// Sub-agent depth.
+    #[serde(default)]
+    pub depth: u32,
+}
+
+impl SuspendedRun {
+    /// The calls waiting for a decision.
+    pub fn pending(&self) -> impl Iterator<Item = &PendingCall> {
+        self.turn.iter().filter_map(|entry| match entry {
+            TurnEntry::Pending { pending } => Some(pending),
+            TurnEntry::Settled { .. } => None,
+        })
+    }
+
+    /// Refuses a state of another format.
+    pub fn check_format(&self) -> Result<(), TinyAgentsError> {
+        if self.format == SUSPENDED_RUN_FORMAT {
+            Ok(())
+        } else {
+            Err(TinyAgentsError::State(format!(
+                "suspended run {} has format {}, this version reads format {}",
+                self.run_id, self.format, SUSPENDED_RUN_FORMAT
+            )))
+        }
+    }
+}
+
+/// What a run produced.
+#[derive(Debug, Clone)]
+pub struct AgentRun {
+    /// The run.
+    pub run_id: RunId,
+    /// How it ended.
+    pub status: RunStatus,
+    /// The final answer (or the partial text when stopped).
+    pub final_text: String,
+    /// The transcript: every call the model issued has exactly one result.
+    pub messages: Vec<Message>,
+    /// Tokens used.
+    pub usage: Usage,
+    /// What the run spent.
+    pub budget: BudgetCounts,
+    pub(crate) tool_metadata: HashMap<CallId, Value>,
+    /// The state to resume from, when the run waits for approval.
+    pub suspended: Option<SuspendedRun>,
+}
+
+impl AgentRun {
+    /// The host-only metadata of a call's result.
+    pub fn tool_metadata(&self, call_id: &CallId) -> Option<&Value> {
+        self.tool_metadata.get(call_id)
+    }
+
+    /// The calls waiting for approval.
+    pub fn pending(&self) -> Vec<&PendingCall> {
+        self.suspended.iter().flat_map(SuspendedRun::pending).collect()
+    }
+}
