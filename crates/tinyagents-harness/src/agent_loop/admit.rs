@@ -35,9 +35,9 @@ pub(crate) enum Slot<'h> {
 /// How admission of one call ended.
 pub(crate) enum Admission<'h> {
     Run(ToolCall, &'h RegisteredTool),
-    Refused(String),
+    Refused(ToolCall, String),
     Pending(ToolCall, String),
-    Fatal(TinyAgentsError),
+    Fatal(ToolCall, TinyAgentsError),
 }
 
 impl AgentHarness {
@@ -71,20 +71,20 @@ impl AgentHarness {
             let admission = match &limit {
                 // A token cap crossed by this very response refuses all its calls.
                 Some(reached @ TinyAgentsError::LimitExceeded { kind: LimitKind::Tokens, .. }) => {
-                    Admission::Refused(limit_text(reached))
+                    Admission::Refused(call, limit_text(reached))
                 }
-                _ => self.admit(ctx, state, call.clone(), position, &mut limit).await,
+                _ => self.admit(ctx, state, call, position, &mut limit).await,
             };
             let slot = match admission {
                 Admission::Run(prepared, entry) => Slot::Run { call: prepared, entry },
-                Admission::Refused(message) => {
+                Admission::Refused(call, message) => {
                     self.emit_refused(ctx, events, &call, &message).await;
                     Slot::Refused { call, result: ToolResult::error(message) }
                 }
                 Admission::Pending(prepared, reason) => {
                     Slot::Pending(PendingCall { call: prepared, reason })
                 }
-                Admission::Fatal(error) => return Ok(TurnEnd::Fail(error)),
+                Admission::Fatal(_, error) => return Ok(TurnEnd::Fail(error)),
             };
             slots.push(slot);
         }
@@ -120,22 +120,23 @@ impl AgentHarness {
             };
             let text = limit_text(&reached);
             limit.get_or_insert(reached);
-            return Admission::Refused(text);
+            return Admission::Refused(call, text);
         }
         if let Err(reached) = ctx.tracker().try_reserve_tool_call() {
             let text = limit_text(&reached);
             limit.get_or_insert(reached);
-            return Admission::Refused(text);
+            return Admission::Refused(call, text);
         }
         let Some(entry) = self.lookup(&call.name) else {
-            return Admission::Refused(self.not_found_text(&call.name));
+            let text = self.not_found_text(&call.name);
+            return Admission::Refused(call, text);
         };
         let call = match prepare_arguments(entry, &call, &self.injected, self.invalid_args) {
             Ok(arguments) => ToolCall { arguments, raw_arguments: None, ..call },
             Err(error) if self.invalid_args == InvalidArgsPolicy::Fail => {
-                return Admission::Fatal(error.into());
+                return Admission::Fatal(call, error.into());
             }
-            Err(error) => return Admission::Refused(error.to_string()),
+            Err(error) => return Admission::Refused(call, error.to_string()),
         };
         self.authorize(ctx, state, call, entry).await
     }
@@ -157,10 +158,11 @@ impl AgentHarness {
                 Err(error) => ToolVerdict::Deny { reason: denied_by(middleware.name(), &error).to_string() },
             };
             if call.name != name_before {
-                return Admission::Refused(format!(
+                let text = format!(
                     "denied by {}: a middleware may not change which tool is called",
                     middleware.name()
-                ));
+                );
+                return Admission::Refused(call, text);
             }
             verdict = verdict.most_restrictive(match next {
                 ToolVerdict::Deny { reason } => ToolVerdict::Deny {
@@ -173,7 +175,7 @@ impl AgentHarness {
             }
         }
         if let ToolVerdict::Deny { reason } = verdict {
-            return Admission::Refused(reason);
+            return Admission::Refused(call, reason);
         }
         if let Some(gate) = &self.gate {
             let request = ToolCallRequest {
@@ -193,13 +195,15 @@ impl AgentHarness {
                     }
                 }
                 Ok(Ok(GateDecision::Deny { reason })) => {
-                    return Admission::Refused(format!("denied by security gate: {reason}"));
+                    return Admission::Refused(call, format!("denied by security gate: {reason}"));
                 }
                 Ok(Err(error)) => {
-                    return Admission::Refused(format!("denied by security gate: the gate failed: {error}"));
+                    let text = format!("denied by security gate: the gate failed: {error}");
+                    return Admission::Refused(call, text);
                 }
                 Err(_) => {
-                    return Admission::Refused("denied by security gate: the gate panicked".to_owned());
+                    let text = "denied by security gate: the gate panicked".to_owned();
+                    return Admission::Refused(call, text);
                 }
             }
         }

@@ -146,11 +146,16 @@ impl AgentHarness {
         if let (false, Some(control)) = (failed, result.control) {
             fold.control.get_or_insert_with(|| (control, result.content.clone()));
         }
-        let message = tool_message(call, &result);
         if let Some(metadata) = result.metadata {
             acc.metadata.insert(call.id.clone(), metadata);
         }
-        message
+        Message::Tool {
+            call_id: call.id.clone(),
+            provider_id: call.provider_id.clone(),
+            name: call.name.clone(),
+            content: result.content,
+            is_error: result.is_error,
+        }
     }
 }
 

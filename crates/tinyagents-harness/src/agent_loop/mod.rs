@@ -12,7 +12,7 @@ mod resume;
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Instant;
+use tokio::time::Instant;
 
 use serde_json::Value;
 use tinyagents_core::{
@@ -278,7 +278,7 @@ impl AgentHarness {
     pub(crate) async fn limit_reached(
         &self,
         ctx: &RunContext,
-        state: &State,
+        state: &mut State,
         events: &EventSink,
         acc: &mut RunAcc,
         limit: TinyAgentsError,
@@ -314,7 +314,7 @@ impl AgentHarness {
     pub(crate) async fn finish(
         &self,
         ctx: &RunContext,
-        state: &State,
+        state: &mut State,
         events: &EventSink,
         acc: &mut RunAcc,
         status: RunStatus,
@@ -327,7 +327,7 @@ impl AgentHarness {
             run_id: ctx.run_id.clone(),
             status,
             final_text,
-            messages: state.messages.clone(),
+            messages: std::mem::take(&mut state.messages),
             usage: state.usage,
             budget: ctx.tracker().counts(),
             tool_metadata: std::mem::take(&mut acc.metadata),

@@ -25,7 +25,7 @@ impl AgentHarness {
     pub(crate) async fn suspend(
         &self,
         ctx: &RunContext,
-        state: &State,
+        state: &mut State,
         events: &EventSink,
         acc: &mut RunAcc,
         turn: Vec<TurnEntry>,
@@ -101,10 +101,10 @@ impl AgentHarness {
             .await?;
         match end {
             TurnEnd::Continue => self.drive(&mut ctx, &mut state, events, &mut acc).await,
-            TurnEnd::Finish(status, text) => Ok(self.finish(&ctx, &state, events, &mut acc, status, text).await),
-            TurnEnd::Limit(limit) => self.limit_reached(&ctx, &state, events, &mut acc, limit).await,
+            TurnEnd::Finish(status, text) => Ok(self.finish(&ctx, &mut state, events, &mut acc, status, text).await),
+            TurnEnd::Limit(limit) => self.limit_reached(&ctx, &mut state, events, &mut acc, limit).await,
             TurnEnd::Fail(error) => Err(error),
-            TurnEnd::Suspend(entries) => Ok(self.suspend(&ctx, &state, events, &mut acc, entries).await),
+            TurnEnd::Suspend(entries) => Ok(self.suspend(&ctx, &mut state, events, &mut acc, entries).await),
         }
     }
 
@@ -126,13 +126,20 @@ impl AgentHarness {
                     self.emit_refused(ctx, events, &call, &text).await;
                     return Slot::Refused { call, result: ToolResult::error(text) };
                 };
-                match self.authorize(ctx, state, call.clone(), entry).await {
+                match self.authorize(ctx, state, call, entry).await {
                     Admission::Run(call, entry) => return Slot::Run { call, entry },
                     Admission::Pending(call, reason) => {
                         return Slot::Pending(crate::run::PendingCall { call, reason });
                     }
-                    Admission::Refused(text) => text,
-                    Admission::Fatal(error) => error.to_string(),
+                    Admission::Refused(call, text) => {
+                        self.emit_refused(ctx, events, &call, &text).await;
+                        return Slot::Refused { call, result: ToolResult::error(text) };
+                    }
+                    Admission::Fatal(call, error) => {
+                        let text = error.to_string();
+                        self.emit_refused(ctx, events, &call, &text).await;
+                        return Slot::Refused { call, result: ToolResult::error(text) };
+                    }
                 }
             }
             Some(d) if d.approved => {

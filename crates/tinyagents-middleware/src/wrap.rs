@@ -1,0 +1,117 @@
+//! The `wrap_tool` onion.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use tinyagents_core::{CallId, RunContext, TinyAgentsError, ToolCall, ToolResult};
+use tinytools::{Tool, ToolCallOptions, ToolRunContext, ToolSpec};
+
+/// What a wrap layer knows about the call it wraps.
+#[derive(Debug, Clone, Copy)]
+pub struct ToolCallContext<'a> {
+    /// The run.
+    pub run: &'a RunContext,
+    /// The tool's spec.
+    pub spec: &'a ToolSpec,
+    /// The immediate parent of a nested call.
+    pub parent_call_id: Option<&'a CallId>,
+    /// What the tool receives as its context.
+    pub tool_context: &'a ToolRunContext,
+    /// The options the tool receives.
+    pub opts: ToolCallOptions,
+}
+
+impl ToolCallContext<'_> {
+    /// Whether the wrapped call is nested.
+    pub fn is_nested(&self) -> bool {
+        self.parent_call_id.is_some()
+    }
+}
+
+/// A layer around tool execution: it may deny, rewrite, retry or time the
+/// call. The first registered layer is the outermost.
+#[async_trait]
+pub trait ToolMiddleware: Send + Sync {
+    /// The name errors cite.
+    fn name(&self) -> &str;
+
+    /// Whether calls wrapped by this layer may run concurrently. `false`
+    /// makes every call run exclusively. Defaults to `true`.
+    fn concurrent_safe(&self) -> bool {
+        true
+    }
+
+    /// Runs the call, usually by calling `next.run(ctx, call)`.
+    async fn wrap_tool(
+        &self,
+        ctx: &ToolCallContext<'_>,
+        call: ToolCall,
+        next: Next<'_>,
+    ) -> Result<ToolResult, TinyAgentsError>;
+}
+
+/// The rest of the onion. `Copy`, so a retry layer can call it again.
+#[derive(Clone, Copy)]
+pub struct Next<'a> {
+    rest: &'a [Arc<dyn ToolMiddleware>],
+    tool: &'a dyn Tool,
+}
+
+impl std::fmt::Debug for Next<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Next")
+            .field("layers", &self.rest.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'a> Next<'a> {
+    /// The onion of `layers` around `tool`.
+    pub fn new(layers: &'a [Arc<dyn ToolMiddleware>], tool: &'a dyn Tool) -> Self {
+        Self { rest: layers, tool }
+    }
+
+    /// Runs the remaining layers and then the tool.
+    pub async fn run(
+        self,
+        ctx: &ToolCallContext<'_>,
+        call: ToolCall,
+    ) -> Result<ToolResult, TinyAgentsError> {
+        match self.rest.split_first() {
+            Some((layer, rest)) => {
+                layer
+                    .wrap_tool(
+                        ctx,
+                        call,
+                        Next {
+                            rest,
+                            tool: self.tool,
+                        },
+                    )
+                    .await
+            }
+            None => invoke(self.tool, ctx, call).await,
+        }
+    }
+}
+
+/// Calls the tool itself. A raised error becomes `ToolFailed`; a
+/// `TinyAgentsError` the tool forwarded with `?` keeps its message verbatim.
+async fn invoke(
+    tool: &dyn Tool,
+    ctx: &ToolCallContext<'_>,
+    call: ToolCall,
+) -> Result<ToolResult, TinyAgentsError> {
+    tool.execute_with_context(call.arguments, ctx.opts, Some(ctx.tool_context))
+        .await
+        .map_err(|error| {
+            let message = match error.downcast_ref::<TinyAgentsError>() {
+                Some(inner) => inner.to_string(),
+                None => format!("{error:#}"),
+            };
+            TinyAgentsError::ToolFailed {
+                tool: call.name,
+                message,
+            }
+        })
+}

@@ -1,0 +1,233 @@
+//! Shared helpers of the scenario tests: tools with observable behaviour,
+//! and event collection. Everything goes through the `tinyagents` facade.
+#![allow(missing_docs, clippy::unwrap_used, clippy::expect_used)] // test support
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tinyagents::prelude::*;
+use tinyagents::CallId;
+
+/// Runs `harness` on `request`, collecting every event it emits.
+pub async fn run_collecting(
+    harness: &AgentHarness,
+    request: RunRequest,
+) -> (Result<AgentRun, TinyAgentsError>, Vec<AgentEvent>) {
+    let (sink, mut receiver) = event_channel(16);
+    let collector = tokio::spawn(async move {
+        let mut events = Vec::new();
+        while let Some(event) = receiver.recv().await {
+            events.push(event);
+        }
+        events
+    });
+    let result = harness.run_with(request, &sink).await;
+    drop(sink);
+    (result, collector.await.unwrap())
+}
+
+/// Asserts that every `ToolStarted` has exactly one terminal event, and no
+/// terminal event lacks its start.
+pub fn assert_one_terminal_per_start(events: &[AgentEvent]) {
+    let mut open: std::collections::HashMap<CallId, usize> = Default::default();
+    for event in events {
+        match event {
+            AgentEvent::ToolStarted { call_id, .. } => {
+                assert!(open.insert(call_id.clone(), 0).is_none(), "{call_id} started twice");
+            }
+            AgentEvent::ToolCompleted { call_id, .. } | AgentEvent::ToolFailed { call_id, .. } => {
+                let count = open.get_mut(call_id).unwrap_or_else(|| panic!("{call_id} ended without a start"));
+                *count += 1;
+                assert_eq!(*count, 1, "{call_id} has more than one terminal event");
+            }
+            _ => {}
+        }
+    }
+    for (call_id, count) in open {
+        assert_eq!(count, 1, "{call_id} has no terminal event");
+    }
+}
+
+/// Asserts that every tool call in the transcript has exactly one result.
+pub fn assert_transcript_paired(messages: &[Message]) {
+    let mut expected = Vec::new();
+    let mut answered = Vec::new();
+    for message in messages {
+        match message {
+            Message::Assistant { tool_calls, .. } => expected.extend(tool_calls.iter().map(|c| c.id.clone())),
+            Message::Tool { call_id, .. } => answered.push(call_id.clone()),
+            _ => {}
+        }
+    }
+    let mut sorted = answered.clone();
+    sorted.sort();
+    sorted.dedup();
+    assert_eq!(sorted.len(), answered.len(), "a call was answered twice: {answered:?}");
+    expected.sort();
+    assert_eq!(expected, sorted, "calls and results do not pair");
+}
+
+/// The tool results in the transcript, in order: (name, content, is_error).
+pub fn tool_results(messages: &[Message]) -> Vec<(String, String, bool)> {
+    messages
+        .iter()
+        .filter_map(|m| match m {
+            Message::Tool { name, content, is_error, .. } => Some((name.clone(), content.clone(), *is_error)),
+            _ => None,
+        })
+        .collect()
+}
+
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+pub struct AddArgs {
+    pub a: i64,
+    pub b: i64,
+}
+
+/// `add(a, b)`, read-only.
+pub fn add_tool() -> impl Tool {
+    FnTool::new("add", "Adds two integers.", |args: AddArgs| async move {
+        anyhow::Ok((args.a + args.b).to_string())
+    })
+    .map_spec(ToolSpec::read_only)
+}
+
+/// A tool whose behaviour the test scripts, counting how many of its calls
+/// run at once.
+pub struct ProbeTool {
+    spec: ToolSpec,
+    pub active: AtomicUsize,
+    pub max_active: AtomicUsize,
+    pub calls: AtomicUsize,
+    pub order: parking_lot_free::Log,
+    behaviour: Behaviour,
+}
+
+/// What a [`ProbeTool`] does.
+#[derive(Clone)]
+pub enum Behaviour {
+    /// Answers `ok` after yielding `yields` times.
+    Yield(usize),
+    /// Sleeps (tokio time, so paused clocks make it instant).
+    Sleep(Duration),
+    /// Waits until the run is cancelled.
+    UntilCancelled(Arc<tokio::sync::Notify>),
+    /// Waits on a barrier of the given size (only completes if that many
+    /// calls run at once).
+    Barrier(Arc<tokio::sync::Barrier>),
+    /// Panics.
+    Panic,
+    /// Raises an error.
+    Raise(String),
+    /// Returns this result.
+    Return(ToolResult),
+    /// Reports progress twice, then answers.
+    Progress,
+}
+
+/// A tiny append-only log without extra dependencies.
+pub mod parking_lot_free {
+    use std::sync::Mutex;
+
+    #[derive(Default)]
+    pub struct Log(Mutex<Vec<String>>);
+
+    impl Log {
+        pub fn push(&self, entry: String) {
+            self.0.lock().unwrap().push(entry);
+        }
+        pub fn entries(&self) -> Vec<String> {
+            self.0.lock().unwrap().clone()
+        }
+    }
+}
+
+impl ProbeTool {
+    pub fn new(name: &str, concurrency_safe: bool, behaviour: Behaviour) -> Arc<Self> {
+        let spec = ToolSpec::new(
+            name,
+            "A probe.",
+            json!({"type": "object", "properties": {"tag": {"type": "string"}}}),
+        )
+        .concurrency_safe(concurrency_safe);
+        Arc::new(Self {
+            spec,
+            active: AtomicUsize::new(0),
+            max_active: AtomicUsize::new(0),
+            calls: AtomicUsize::new(0),
+            order: Default::default(),
+            behaviour,
+        })
+    }
+
+    pub fn with_spec(self: Arc<Self>, f: impl FnOnce(ToolSpec) -> ToolSpec) -> Arc<Self> {
+        let mut inner = Arc::try_unwrap(self).ok().expect("configure before sharing");
+        inner.spec = f(inner.spec);
+        Arc::new(inner)
+    }
+}
+
+#[async_trait]
+impl Tool for ProbeTool {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    async fn execute_with_context(
+        &self,
+        args: Value,
+        _opts: ToolCallOptions,
+        context: Option<&ToolRunContext>,
+    ) -> anyhow::Result<ToolResult> {
+        let tag = args.get("tag").and_then(Value::as_str).unwrap_or("").to_owned();
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        let now = self.active.fetch_add(1, Ordering::SeqCst) + 1;
+        self.max_active.fetch_max(now, Ordering::SeqCst);
+        self.order.push(format!("start {tag}"));
+        let outcome = match &self.behaviour {
+            Behaviour::Yield(n) => {
+                for _ in 0..*n {
+                    tokio::task::yield_now().await;
+                }
+                Ok(ToolResult::text(format!("ok {tag}")))
+            }
+            Behaviour::Sleep(d) => {
+                tokio::time::sleep(*d).await;
+                Ok(ToolResult::text(format!("slept {tag}")))
+            }
+            Behaviour::UntilCancelled(started) => {
+                started.notify_one();
+                context.expect("context").cancellation().cancelled().await;
+                Ok(ToolResult::text("saw cancellation"))
+            }
+            Behaviour::Barrier(barrier) => {
+                barrier.wait().await;
+                Ok(ToolResult::text(format!("met {tag}")))
+            }
+            Behaviour::Panic => panic!("probe panicked on purpose"),
+            Behaviour::Raise(message) => Err(anyhow::anyhow!(message.clone())),
+            Behaviour::Return(result) => Ok(result.clone()),
+            Behaviour::Progress => {
+                let ctx = context.expect("context");
+                ctx.report_progress(Some(0.5), "halfway");
+                ctx.report_progress(Some(1.0), "done");
+                Ok(ToolResult::text("progressed"))
+            }
+        };
+        self.order.push(format!("end {tag}"));
+        self.active.fetch_sub(1, Ordering::SeqCst);
+        outcome
+    }
+}
+
+/// A scripted call of `name` with a tag.
+pub fn probe_call(name: &str, tag: &str) -> (String, Value) {
+    (name.to_owned(), json!({ "tag": tag }))
+}
+
+/// A model turn issuing these calls.
+pub fn turn(calls: &[(String, Value)]) -> ChatResponse {
+    ScriptedModel::tool_calls(calls.iter().map(|(n, a)| (n.as_str(), a.clone())))
+}
