@@ -1,7 +1,9 @@
 //! What every hook reads: the run's context and its conversation state.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -113,7 +115,8 @@ impl RunContext {
         self.cancel.is_cancelled()
     }
 
-    /// Active time spent by the run: time waiting for approval between a
+    /// Active time spent by the run (on tokio's clock, so tests can pause
+    /// it): time waiting for approval between a
     /// deferral and its resume is not counted.
     pub fn elapsed(&self) -> Duration {
         self.active_before + self.segment_started.elapsed()

@@ -53,6 +53,48 @@ pub enum TinyAgentsError {
     /// The run was cancelled.
     #[error("the run was cancelled")]
     Cancelled,
+    /// A tool needs a person's approval before it may run (raised by a tool
+    /// or a wrap during execution). A model-issued call is deferred; a nested
+    /// call cannot be, and is refused.
+    #[error("tool '{tool}' requires approval: {reason}")]
+    ApprovalRequired {
+        /// The tool.
+        tool: String,
+        /// What the person is asked.
+        reason: String,
+    },
+    /// Nested tool calls are off for this run (`max_nested_depth` is 0).
+    #[error("cannot call tool '{tool}': nested tool calls are disabled (max_nested_depth = 0)")]
+    NestedDisabled {
+        /// The tool asked for.
+        tool: String,
+    },
+    /// A nested call would go deeper than `max_nested_depth`.
+    #[error("nested call '{tool}' exceeds max_nested_depth ({max})")]
+    NestedDepthExceeded {
+        /// The tool asked for.
+        tool: String,
+        /// The level the call would have had.
+        depth: u32,
+        /// The cap.
+        max: u32,
+    },
+    /// A nested call to a tool that needs approval: it cannot wait for one.
+    #[error("nested call '{tool}' requires approval; nested calls cannot be deferred")]
+    NestedApprovalRequired {
+        /// The tool asked for.
+        tool: String,
+    },
+    /// The parent already had its quota of refused nested calls.
+    #[error("nested call '{tool}' refused without evaluation: parent {parent} already had {cap} refused nested calls")]
+    NestedRefusalCap {
+        /// The tool asked for.
+        tool: String,
+        /// The calling call.
+        parent: crate::ids::CallId,
+        /// The quota.
+        cap: u32,
+    },
     /// The model provider failed.
     #[error("model error: {0}")]
     Model(#[from] ModelError),

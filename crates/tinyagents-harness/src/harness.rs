@@ -28,6 +28,7 @@ pub struct AgentHarness {
     pub(crate) injected: Map<String, Value>,
     pub(crate) invalid_args: InvalidArgsPolicy,
     pub(crate) agent_id: Option<AgentId>,
+    pub(crate) disabled_runner: Arc<dyn crate::tool::NestedToolRunner>,
 }
 
 impl std::fmt::Debug for AgentHarness {
@@ -249,6 +250,7 @@ impl AgentHarnessBuilder {
             injected: self.injected,
             invalid_args: self.invalid_args,
             agent_id: self.agent_id,
+            disabled_runner: Arc::new(crate::agent_loop::DisabledRunner),
         })
     }
 }

@@ -17,10 +17,12 @@ mod agent_loop;
 mod events;
 mod harness;
 mod run;
+mod tool;
 
 pub use agent_loop::ResumeOptions;
 pub use events::{EventReceiver, EventSink, event_channel};
 pub use harness::{AgentHarness, AgentHarnessBuilder};
+pub use tool::ToolExecutionContext;
 pub use run::{
     AgentRun, ApprovalDecision, PendingCall, RunRequest, SUSPENDED_RUN_FORMAT, SuspendedRun,
     TurnEntry,

@@ -7,16 +7,26 @@ use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use tokio::time::Instant;
 
-use futures_util::stream::{FuturesUnordered, StreamExt};
 use futures_util::FutureExt;
+use futures_util::future::BoxFuture;
+use futures_util::stream::{FuturesUnordered, StreamExt};
 use tinyagents_core::{AgentEvent, CallId, RunContext, State, TinyAgentsError, ToolCall, ToolResult};
 use tinyagents_middleware::{Next, ToolCallContext};
 use tinytools::{ProgressSink, RegisteredTool, ToolCallOptions, ToolRunContext};
+use tokio::sync::mpsc;
 use tracing::Instrument;
 
+use super::nested::{NestedRequest, NestedRunner, abandoned_error, attach_summary};
 use super::{Slot, millis, with_deadline};
 use crate::events::EventSink;
 use crate::harness::AgentHarness;
+use crate::tool::{NESTED_SCOPE, NestedScope, NestedToolRunner, ToolExecutionContext};
+
+/// What finished in a batch: a call of the batch, or a nested call.
+enum Done {
+    Call(usize, CallOutcome),
+    Nested,
+}
 
 /// What running one call gave.
 #[derive(Debug)]
@@ -57,6 +67,8 @@ impl AgentHarness {
                 _ => None,
             })
             .collect();
+        let mut nested = (ctx.limits.max_nested_depth() > 0)
+            .then(|| NestedRunner::new(ctx.capture.tool_io));
         let mut start = 0;
         while start < runnable.len() && !ctx.is_cancelled() {
             let mut end = start + 1;
@@ -66,7 +78,8 @@ impl AgentHarness {
                 }
             }
             let batch = &runnable[start..end];
-            if self.run_batch(ctx, state, events, batch, &mut outcomes).await {
+            let channel = nested.as_mut().map(|(runner, rx)| (&*runner, rx));
+            if self.run_batch(ctx, state, events, batch, &mut outcomes, channel).await {
                 break;
             }
             start = end;
@@ -74,27 +87,60 @@ impl AgentHarness {
         outcomes
     }
 
-    /// Runs one batch; `true` when the run was cancelled during it.
+    /// Runs one batch, servicing the nested calls its tools make; `true`
+    /// when the run was cancelled during it.
     async fn run_batch(
         &self,
         ctx: &RunContext,
-        _state: &State,
+        state: &State,
         events: &EventSink,
         batch: &[(usize, &ToolCall, &RegisteredTool)],
         outcomes: &mut [Option<CallOutcome>],
+        nested: Option<(&Arc<NestedRunner>, &mut mpsc::UnboundedReceiver<NestedRequest>)>,
     ) -> bool {
         for (_, call, _) in batch {
             self.emit_started(ctx, events, call).await;
         }
-        let mut running: FuturesUnordered<_> = batch
+        let runner = nested.as_ref().map(|(runner, _)| Arc::clone(runner));
+        let mut running: FuturesUnordered<BoxFuture<'_, Done>> = batch
             .iter()
-            .map(|&(index, call, entry)| async move {
-                (index, self.execute_call(ctx, call.clone(), entry, None, events).await)
+            .map(|&(index, call, entry)| {
+                let runner = runner.as_ref();
+                let call = call.clone();
+                let future: BoxFuture<'_, Done> = Box::pin(async move {
+                    Done::Call(index, self.execute_call(ctx, call, entry, None, events, runner).await)
+                });
+                future
             })
             .collect();
+        let mut left = batch.len();
         let drive = async {
-            while let Some((index, outcome)) = running.next().await {
-                outcomes[index] = Some(outcome);
+            match nested {
+                None => {
+                    while let Some(done) = running.next().await {
+                        if let Done::Call(index, outcome) = done {
+                            outcomes[index] = Some(outcome);
+                        }
+                    }
+                }
+                Some((runner, rx)) => {
+                    while left > 0 {
+                        tokio::select! {
+                            Some(done) = running.next() => {
+                                if let Done::Call(index, outcome) = done {
+                                    outcomes[index] = Some(outcome);
+                                    left -= 1;
+                                }
+                            }
+                            Some(request) = rx.recv() => {
+                                running.push(Box::pin(async move {
+                                    self.serve_nested(ctx, state, events, runner, request).await;
+                                    Done::Nested
+                                }));
+                            }
+                        }
+                    }
+                }
             }
         };
         let cancelled = tokio::select! {
@@ -102,6 +148,15 @@ impl AgentHarness {
             () = ctx.cancellation().cancelled() => true,
             () = drive => false,
         };
+        if let Some(runner) = &runner {
+            // Nested calls still in flight when the batch ends were left by
+            // their parents (or the run was cancelled): each gets its end.
+            for abandoned in runner.abandon_all() {
+                let error = abandoned_error(&abandoned);
+                self.emit_nested_failed(events, &abandoned.id, &abandoned.parent, &abandoned.name, abandoned.duration_ms, error)
+                    .await;
+            }
+        }
         if cancelled {
             for &(index, call, _) in batch {
                 outcomes[index].get_or_insert_with(|| CallOutcome::cancelled(&call.name));
@@ -134,6 +189,7 @@ impl AgentHarness {
         entry: &RegisteredTool,
         parent_call_id: Option<&CallId>,
         events: &EventSink,
+        nested: Option<&Arc<NestedRunner>>,
     ) -> CallOutcome {
         let started = Instant::now();
         let spec = entry.spec();
@@ -141,7 +197,15 @@ impl AgentHarness {
             (Some(own), Some(left)) => Some(own.min(left)),
             (own, left) => own.or(left),
         };
-        let tool_context = self.tool_context(ctx, &call.id, events);
+        let call_id = call.id.clone();
+        let scope = nested.map(|runner| {
+            runner.activate(&call_id);
+            let runner: Arc<dyn NestedToolRunner> = Arc::clone(runner) as Arc<dyn NestedToolRunner>;
+            NestedScope { runner, call_id: call_id.clone() }
+        });
+        let runner = scope.as_ref().map_or_else(|| Arc::clone(&self.disabled_runner), |s| Arc::clone(&s.runner));
+        let extension = Arc::new(ToolExecutionContext::new(Some(runner), call_id.clone()));
+        let tool_context = self.tool_context(ctx, &call.id, events).with_host_extension(extension);
         let wrap_context = ToolCallContext {
             run: ctx,
             spec,
@@ -158,7 +222,12 @@ impl AgentHarness {
         );
         let onion = Next::new(&self.wraps, entry.tool().as_ref()).run(&wrap_context, call);
         let guarded = AssertUnwindSafe(onion).catch_unwind().instrument(span);
-        let result = match with_deadline(timeout, guarded).await {
+        let bounded = with_deadline(timeout, guarded);
+        let finished = match scope {
+            Some(scope) => NESTED_SCOPE.scope(scope, bounded).await,
+            None => bounded.await,
+        };
+        let mut result = match finished {
             None => Err(TinyAgentsError::Timeout {
                 what: spec.name.clone(),
                 after_ms: timeout.map_or(0, |t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
@@ -169,6 +238,17 @@ impl AgentHarness {
             )),
             Some(Ok(result)) => result,
         };
+        if let Some(runner) = nested {
+            let (summary, abandoned) = runner.finish_parent(&call_id);
+            for child in abandoned {
+                let error = abandoned_error(&child);
+                self.emit_nested_failed(events, &child.id, &child.parent, &child.name, child.duration_ms, error)
+                    .await;
+            }
+            if let (Some(summary), Ok(result)) = (summary, result.as_mut()) {
+                attach_summary(result, summary);
+            }
+        }
         CallOutcome { result, duration_ms: millis(started) }
     }
 

@@ -11,7 +11,7 @@ use super::execute::CallOutcome;
 use super::{RunAcc, Slot, TurnEnd, denied_by};
 use crate::events::EventSink;
 use crate::harness::AgentHarness;
-use crate::run::TurnEntry;
+use crate::run::{PendingCall, TurnEntry};
 
 /// What the fold of one turn decided beyond the transcript.
 #[derive(Default)]
@@ -40,6 +40,23 @@ impl AgentHarness {
         for (slot, outcome) in slots.into_iter().zip(outcomes) {
             let entry = match slot {
                 Slot::Run { call, entry } => {
+                    if let Some(CallOutcome { result: Err(TinyAgentsError::ApprovalRequired { reason, .. }), duration_ms }) = &outcome {
+                        // Raised during execution: the call waits for a person
+                        // like one deferred at admission.
+                        let text = format!("tool '{}' requires approval: {reason}; the run waits for a decision", call.name);
+                        events
+                            .emit(|| AgentEvent::ToolFailed {
+                                call_id: call.id.clone(),
+                                parent_call_id: None,
+                                name: call.name.clone(),
+                                duration_ms: *duration_ms,
+                                error: text,
+                            })
+                            .await;
+                        suspended = true;
+                        entries.push(TurnEntry::Pending { pending: PendingCall { call, reason: reason.clone() } });
+                        continue;
+                    }
                     let message = match outcome {
                         Some(outcome) => {
                             self.settle(ctx, state, events, acc, &call, entry, outcome, &mut fold)

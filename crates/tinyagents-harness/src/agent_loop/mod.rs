@@ -8,7 +8,9 @@
 mod admit;
 mod execute;
 mod fold;
+mod nested;
 mod resume;
+mod serve;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -28,6 +30,7 @@ use crate::run::{AgentRun, RunRequest};
 
 pub(crate) use admit::{Admission, Slot};
 pub use resume::ResumeOptions;
+pub(crate) use nested::DisabledRunner;
 
 /// What a run accumulates besides its state.
 #[derive(Debug, Default)]

@@ -1,0 +1,253 @@
+//! Servicing a nested call: the same admission and execution as a
+//! model-issued call, with the specification's exceptions. Stages, in
+//! order: refusal quota, cancellation, depth, lookup (model dispatch and
+//! the run's allow-list), arguments, approval, `check_nested_tool`, the
+//! security gate, budget, the concurrency gate, execution through the
+//! `wrap_tool` onion under the call's timeout, `observe_nested_result`.
+
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+
+use futures_util::FutureExt;
+use tinyagents_core::{AgentEvent, CallId, LimitKind, RunContext, State, TinyAgentsError, ToolCall};
+use tinyagents_middleware::{GateDecision, ToolCallRequest};
+use tinytools::{RegisteredTool, prepare_arguments};
+
+use super::nested::{Hold, HoldKind, NestedRequest, NestedRunner, NestedStatus};
+use crate::events::EventSink;
+use crate::harness::AgentHarness;
+
+/// An admitted nested call, ready to run.
+struct Admitted<'h> {
+    call: ToolCall,
+    entry: &'h RegisteredTool,
+    hold: Hold,
+    kind: HoldKind,
+}
+
+impl AgentHarness {
+    /// Services one nested request to its end: the reply carries the result
+    /// or the refusal; events, summary and budget are settled here.
+    pub(crate) async fn serve_nested(
+        &self,
+        ctx: &RunContext,
+        state: &State,
+        events: &EventSink,
+        runner: &Arc<NestedRunner>,
+        request: NestedRequest,
+    ) {
+        let NestedRequest { parent, id, name, arguments, mut reply } = request;
+        let call = ToolCall::new(id, name, arguments);
+        let args = runner.summary_args(&call.arguments);
+        let admitted = self.admit_nested(ctx, state, events, runner, &parent, call).await;
+        let Admitted { call, entry, hold, kind } = match admitted {
+            Ok(admitted) => admitted,
+            Err((call, error)) => {
+                let text = error.to_string();
+                runner.note_refusal(&parent);
+                runner.record_refused(&call.id, &parent, &call.name, args, &text);
+                self.emit_nested_refused(ctx, events, &call, &parent, &text).await;
+                let _ = reply.send(Err(error));
+                return;
+            }
+        };
+        runner.start(&call.id, &parent, &call.name, args, Some(kind));
+        let capture = ctx.capture.tool_io;
+        events
+            .emit(|| AgentEvent::ToolStarted {
+                call_id: call.id.clone(),
+                parent_call_id: Some(parent.clone()),
+                name: call.name.clone(),
+                arguments: capture.then(|| call.arguments.clone()),
+            })
+            .await;
+        let id = call.id.clone();
+        let name = call.name.clone();
+        let work = self.execute_call(ctx, call.clone(), entry, Some(&parent), events, Some(runner));
+        let outcome = tokio::select! {
+            biased;
+            outcome = work => Some(outcome),
+            () = reply.closed() => None,
+        };
+        drop(hold);
+        let Some(outcome) = outcome else {
+            // The calling tool stopped waiting: the call is abandoned; its
+            // ledger row (if any) stays started.
+            let error = format!("parent settled: {parent} stopped waiting for nested call '{name}'");
+            if runner.end(&id, NestedStatus::Abandoned, Some(&error)) {
+                self.emit_nested_failed(events, &id, &parent, &name, 0, error).await;
+            }
+            return;
+        };
+        let answer = match outcome.result {
+            Ok(mut result) => {
+                // A nested result cannot steer the run.
+                result.control = None;
+                let status = if result.is_error { NestedStatus::Error } else { NestedStatus::Ok };
+                if !runner.end(&id, status, result.is_error.then_some(result.content.as_str())) {
+                    return;
+                }
+                for middleware in &self.middlewares {
+                    middleware.observe_nested_result(ctx, state, &call, &result).await;
+                }
+                events
+                    .emit(|| AgentEvent::ToolCompleted {
+                        call_id: id.clone(),
+                        parent_call_id: Some(parent.clone()),
+                        name: name.clone(),
+                        duration_ms: outcome.duration_ms,
+                        is_error: result.is_error,
+                        result: capture.then(|| result.content.clone()),
+                        metadata: result.metadata.clone(),
+                    })
+                    .await;
+                Ok(result)
+            }
+            Err(error) => {
+                let error = match error {
+                    TinyAgentsError::ApprovalRequired { tool, .. } => {
+                        TinyAgentsError::NestedApprovalRequired { tool }
+                    }
+                    other => other,
+                };
+                let text = error.to_string();
+                if !runner.end(&id, NestedStatus::Failed, Some(&text)) {
+                    return;
+                }
+                self.emit_nested_failed(events, &id, &parent, &name, outcome.duration_ms, text).await;
+                Err(error)
+            }
+        };
+        let _ = reply.send(answer);
+    }
+
+    /// The admission stages of a nested call. A refusal returns the call so
+    /// it can be reported; a refusal after the budget stage gives the slot back.
+    async fn admit_nested<'h>(
+        &'h self,
+        ctx: &RunContext,
+        state: &State,
+        events: &EventSink,
+        runner: &NestedRunner,
+        parent: &CallId,
+        call: ToolCall,
+    ) -> Result<Admitted<'h>, (ToolCall, TinyAgentsError)> {
+        if runner.refusals_exhausted(parent) {
+            let error = TinyAgentsError::NestedRefusalCap {
+                tool: call.name.clone(),
+                parent: parent.clone(),
+                cap: super::nested::REFUSAL_CAP,
+            };
+            return Err((call, error));
+        }
+        if ctx.is_cancelled() {
+            let error = TinyAgentsError::tool_failed(
+                call.name.clone(),
+                format!("nested call '{}' refused: the run was cancelled", call.name),
+            );
+            return Err((call, error));
+        }
+        let max = ctx.limits.max_nested_depth();
+        let depth = call.id.depth();
+        if max == 0 {
+            return Err((call.clone(), TinyAgentsError::NestedDisabled { tool: call.name }));
+        }
+        if depth > max {
+            let error = TinyAgentsError::NestedDepthExceeded { tool: call.name.clone(), depth, max };
+            return Err((call, error));
+        }
+        let Some(entry) = self.lookup(&call.name) else {
+            let error = TinyAgentsError::ToolNotFound { name: call.name.clone() };
+            return Err((call, error));
+        };
+        let call = match prepare_arguments(entry, &call, &self.injected, self.invalid_args) {
+            Ok(arguments) => ToolCall { arguments, ..call },
+            Err(error) => return Err((call, error.into())),
+        };
+        let spec = entry.spec();
+        if spec.external || spec.approval_required {
+            return Err((call.clone(), TinyAgentsError::NestedApprovalRequired { tool: call.name }));
+        }
+        for middleware in &self.middlewares {
+            if let Err(error) = middleware.check_nested_tool(ctx, state, &call).await {
+                let error = super::denied_by(middleware.name(), &error);
+                return Err((call, error));
+            }
+        }
+        if let Some(gate) = &self.gate {
+            let request = ToolCallRequest {
+                run_id: &ctx.run_id,
+                agent_id: ctx.agent_id.as_ref(),
+                call_id: &call.id,
+                parent_call_id: Some(parent),
+                spec,
+                arguments: &call.arguments,
+            };
+            let refusal = match AssertUnwindSafe(gate.authorize_tool(&request)).catch_unwind().await {
+                Ok(Ok(GateDecision::Allow)) => None,
+                Ok(Ok(GateDecision::Deny { reason })) => Some(reason),
+                Ok(Ok(GateDecision::Ask { reason })) => Some(format!(
+                    "{reason} (a nested call cannot be prompted for, so the gate's question is a refusal)"
+                )),
+                Ok(Err(error)) => Some(format!("the gate failed: {error}")),
+                Err(_) => Some("the gate panicked".to_owned()),
+            };
+            if let Some(reason) = refusal {
+                let error = TinyAgentsError::Denied { by: "security gate".to_owned(), reason };
+                return Err((call, error));
+            }
+        }
+        if let Err(limit) = ctx.tracker().try_reserve_nested_tool_call() {
+            if let TinyAgentsError::LimitExceeded { limit: value, used, .. } = &limit {
+                events
+                    .emit(|| AgentEvent::LimitReached { kind: LimitKind::ToolCalls, limit: *value, used: *used })
+                    .await;
+            }
+            return Err((call, limit));
+        }
+        match runner.acquire(parent, &call.name, self.runs_shared(entry)).await {
+            Ok((hold, kind)) => Ok(Admitted { call, entry, hold, kind }),
+            Err(error) => {
+                ctx.tracker().release_nested_tool_call();
+                Err((call, error))
+            }
+        }
+    }
+
+    async fn emit_nested_refused(&self, ctx: &RunContext, events: &EventSink, call: &ToolCall, parent: &CallId, text: &str) {
+        if !events.is_active() {
+            return;
+        }
+        let arguments = ctx.capture.tool_io.then(|| call.arguments.clone());
+        events
+            .emit(|| AgentEvent::ToolStarted {
+                call_id: call.id.clone(),
+                parent_call_id: Some(parent.clone()),
+                name: call.name.clone(),
+                arguments,
+            })
+            .await;
+        self.emit_nested_failed(events, &call.id, parent, &call.name, 0, text.to_owned()).await;
+    }
+
+    pub(crate) async fn emit_nested_failed(
+        &self,
+        events: &EventSink,
+        id: &CallId,
+        parent: &CallId,
+        name: &str,
+        duration_ms: u64,
+        error: String,
+    ) {
+        events
+            .emit(|| AgentEvent::ToolFailed {
+                call_id: id.clone(),
+                parent_call_id: Some(parent.clone()),
+                name: name.to_owned(),
+                duration_ms,
+                error,
+            })
+            .await;
+    }
+}
+
