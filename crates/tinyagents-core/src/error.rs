@@ -86,7 +86,9 @@ pub enum TinyAgentsError {
         tool: String,
     },
     /// The parent already had its quota of refused nested calls.
-    #[error("nested call '{tool}' refused without evaluation: parent {parent} already had {cap} refused nested calls")]
+    #[error(
+        "nested call '{tool}' refused without evaluation: parent {parent} already had {cap} refused nested calls"
+    )]
     NestedRefusalCap {
         /// The tool asked for.
         tool: String,

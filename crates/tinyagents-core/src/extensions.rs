@@ -19,7 +19,9 @@ pub struct Extensions {
 
 impl std::fmt::Debug for Extensions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Extensions").field("len", &self.values.len()).finish()
+        f.debug_struct("Extensions")
+            .field("len", &self.values.len())
+            .finish()
     }
 }
 

@@ -208,7 +208,10 @@ impl ModelError {
     pub fn is_retryable(&self) -> bool {
         matches!(
             self,
-            Self::RateLimited { .. } | Self::Server { .. } | Self::Transport { .. } | Self::Timeout { .. }
+            Self::RateLimited { .. }
+                | Self::Server { .. }
+                | Self::Transport { .. }
+                | Self::Timeout { .. }
         )
     }
 }

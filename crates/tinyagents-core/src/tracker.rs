@@ -110,10 +110,12 @@ impl LimitTracker {
                 });
             }
             // used < max_tool_calls <= u32::MAX, so neither half can overflow.
-            match self
-                .calls
-                .compare_exchange_weak(word, word + one, Ordering::AcqRel, Ordering::Acquire)
-            {
+            match self.calls.compare_exchange_weak(
+                word,
+                word + one,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
                 Ok(_) => return Ok(()),
                 Err(actual) => word = actual,
             }
@@ -221,7 +223,11 @@ mod tests {
         let err = t.try_reserve_tool_call().unwrap_err();
         assert_eq!(
             err,
-            TinyAgentsError::LimitExceeded { kind: LimitKind::ToolCalls, limit: 3, used: 3 }
+            TinyAgentsError::LimitExceeded {
+                kind: LimitKind::ToolCalls,
+                limit: 3,
+                used: 3
+            }
         );
         assert_eq!(t.tool_calls(), 1);
         assert_eq!(t.nested_tool_calls(), 2);
@@ -299,7 +305,11 @@ mod tests {
         t.record_tokens(10).unwrap();
         assert!(matches!(
             t.record_tokens(1),
-            Err(TinyAgentsError::LimitExceeded { kind: LimitKind::Tokens, limit: 10, used: 11 })
+            Err(TinyAgentsError::LimitExceeded {
+                kind: LimitKind::Tokens,
+                limit: 10,
+                used: 11
+            })
         ));
     }
 }

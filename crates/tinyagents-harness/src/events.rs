@@ -39,10 +39,8 @@ impl EventSink {
     /// Sends the event `build` makes, waiting for room in the buffer; builds
     /// nothing when nobody listens. A dropped receiver is not an error.
     pub async fn emit(&self, build: impl FnOnce() -> AgentEvent) {
-        if let Some(tx) = &self.tx {
-            if !tx.is_closed() {
-                let _ = tx.send(build()).await;
-            }
+        if let Some(tx) = self.tx.as_ref().filter(|tx| !tx.is_closed()) {
+            let _ = tx.send(build()).await;
         }
     }
 

@@ -81,7 +81,11 @@ impl AgentHarness {
     /// The tool the model (or a nested call) may call by `name`: in the
     /// registry's model dispatch and in the run's allow-list.
     pub(crate) fn lookup(&self, name: &str) -> Option<&RegisteredTool> {
-        if self.allowed.as_ref().is_some_and(|allowed| !allowed.contains(name)) {
+        if self
+            .allowed
+            .as_ref()
+            .is_some_and(|allowed| !allowed.contains(name))
+        {
             return None;
         }
         self.tools.model_dispatch().get(name)
@@ -112,7 +116,8 @@ pub struct AgentHarnessBuilder {
 
 impl std::fmt::Debug for AgentHarnessBuilder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("AgentHarnessBuilder").finish_non_exhaustive()
+        f.debug_struct("AgentHarnessBuilder")
+            .finish_non_exhaustive()
     }
 }
 
@@ -218,12 +223,15 @@ impl AgentHarnessBuilder {
 
     /// Builds the harness.
     pub fn build(self) -> Result<AgentHarness, TinyAgentsError> {
-        if let Some(allowed) = &self.allowed {
-            if let Some(unknown) = allowed.iter().find(|n| self.tools.get(n).is_none()) {
-                return Err(TinyAgentsError::Config(format!(
-                    "the allow-list names '{unknown}', which is not registered"
-                )));
-            }
+        let unknown = self
+            .allowed
+            .iter()
+            .flatten()
+            .find(|n| self.tools.get(n).is_none());
+        if let Some(unknown) = unknown {
+            return Err(TinyAgentsError::Config(format!(
+                "the allow-list names '{unknown}', which is not registered"
+            )));
         }
         let model_tools = self
             .tools

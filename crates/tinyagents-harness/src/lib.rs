@@ -22,8 +22,8 @@ mod tool;
 pub use agent_loop::ResumeOptions;
 pub use events::{EventReceiver, EventSink, event_channel};
 pub use harness::{AgentHarness, AgentHarnessBuilder};
-pub use tool::ToolExecutionContext;
 pub use run::{
     AgentRun, ApprovalDecision, PendingCall, RunRequest, SUSPENDED_RUN_FORMAT, SuspendedRun,
     TurnEntry,
 };
+pub use tool::ToolExecutionContext;

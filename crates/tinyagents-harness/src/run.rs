@@ -208,6 +208,9 @@ impl AgentRun {
 
     /// The calls waiting for approval.
     pub fn pending(&self) -> Vec<&PendingCall> {
-        self.suspended.iter().flat_map(SuspendedRun::pending).collect()
+        self.suspended
+            .iter()
+            .flat_map(SuspendedRun::pending)
+            .collect()
     }
 }

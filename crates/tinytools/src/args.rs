@@ -64,9 +64,11 @@ impl From<ArgumentError> for TinyAgentsError {
     fn from(error: ArgumentError) -> Self {
         let message = error.to_string();
         match error {
-            ArgumentError::Invalid { tool, path, .. } => {
-                TinyAgentsError::InvalidArguments { tool, path, message }
-            }
+            ArgumentError::Invalid { tool, path, .. } => TinyAgentsError::InvalidArguments {
+                tool,
+                path,
+                message,
+            },
             ArgumentError::NotJson { tool, .. } => TinyAgentsError::InvalidArguments {
                 tool,
                 path: String::new(),
@@ -136,10 +138,12 @@ fn inject(
         return Ok(()); // not an object: validation names the problem
     };
     for key in &spec.injected {
-        let value = injected.get(key).ok_or_else(|| ArgumentError::MissingInjected {
-            tool: spec.name.clone(),
-            key: key.clone(),
-        })?;
+        let value = injected
+            .get(key)
+            .ok_or_else(|| ArgumentError::MissingInjected {
+                tool: spec.name.clone(),
+                key: key.clone(),
+            })?;
         object.insert(key.clone(), value.clone());
     }
     Ok(())

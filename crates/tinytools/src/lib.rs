@@ -18,7 +18,8 @@ mod typed;
 pub use args::{ArgumentError, InvalidArgsPolicy, cut, prepare_arguments};
 pub use registry::{ModelDispatch, RegisteredTool, RegistryError, ToolRegistry};
 pub use spec::{SideEffects, ToolErrorPolicy, ToolReplay, ToolSpec};
-pub use tool::{
-    IdempotencyKey, ProgressSink, Tool, ToolCallOptions, ToolProgress, ToolRunContext,
-};
+pub use tool::{IdempotencyKey, ProgressSink, Tool, ToolCallOptions, ToolProgress, ToolRunContext};
 pub use typed::{ArgsOnly, FnTool, IntoToolResult, ToolHandler, WithContext};
+
+#[cfg(test)]
+mod tests;

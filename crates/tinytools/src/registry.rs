@@ -113,7 +113,10 @@ fn model_schema(spec: &ToolSpec) -> Value {
             }
         }
         if let Some(Value::Array(required)) = object.get_mut("required") {
-            required.retain(|r| !r.as_str().is_some_and(|r| spec.injected.iter().any(|k| k == r)));
+            required.retain(|r| {
+                !r.as_str()
+                    .is_some_and(|r| spec.injected.iter().any(|k| k == r))
+            });
         }
     }
     schema

@@ -97,7 +97,9 @@ pub struct FnTool<A, H> {
 
 impl<A, H> std::fmt::Debug for FnTool<A, H> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("FnTool").field("spec", &self.spec).finish_non_exhaustive()
+        f.debug_struct("FnTool")
+            .field("spec", &self.spec)
+            .finish_non_exhaustive()
     }
 }
 
@@ -123,7 +125,11 @@ where
     ///     anyhow::Ok((args.a + args.b).to_string())
     /// });
     /// ```
-    pub fn new(name: impl Into<String>, description: impl Into<String>, f: F) -> Self {
+    pub fn new<Fut, R>(name: impl Into<String>, description: impl Into<String>, f: F) -> Self
+    where
+        F: Fn(A) -> Fut,
+        Fut: Future<Output = anyhow::Result<R>>,
+    {
         Self {
             spec: ToolSpec::new(name, description, derived_schema::<A>()),
             handler: ArgsOnly(f),
@@ -137,7 +143,15 @@ where
     A: DeserializeOwned + JsonSchema,
 {
     /// A tool that calls `f` with the parsed arguments and the call's context.
-    pub fn with_context(name: impl Into<String>, description: impl Into<String>, f: F) -> Self {
+    pub fn with_context<Fut, R>(
+        name: impl Into<String>,
+        description: impl Into<String>,
+        f: F,
+    ) -> Self
+    where
+        F: Fn(A, Option<ToolRunContext>) -> Fut,
+        Fut: Future<Output = anyhow::Result<R>>,
+    {
         Self {
             spec: ToolSpec::new(name, description, derived_schema::<A>()),
             handler: WithContext(f),

@@ -12,7 +12,7 @@ use tinyagents_core::{
 use tinyagents_middleware::{GateDecision, ToolCallRequest, ToolVerdict};
 use tinytools::{InvalidArgsPolicy, RegisteredTool, prepare_arguments};
 
-use super::{RunAcc, TurnEnd, denied_by};
+use super::{RunAcc, TurnEnd, denied_by, report_limit};
 use crate::events::EventSink;
 use crate::harness::AgentHarness;
 use crate::run::PendingCall;
@@ -70,35 +70,49 @@ impl AgentHarness {
         for (position, call) in calls.into_iter().enumerate() {
             let admission = match &limit {
                 // A token cap crossed by this very response refuses all its calls.
-                Some(reached @ TinyAgentsError::LimitExceeded { kind: LimitKind::Tokens, .. }) => {
-                    Admission::Refused(call, limit_text(reached))
-                }
+                Some(
+                    reached @ TinyAgentsError::LimitExceeded {
+                        kind: LimitKind::Tokens,
+                        ..
+                    },
+                ) => Admission::Refused(call, limit_text(reached)),
                 _ => self.admit(ctx, state, call, position, &mut limit).await,
             };
             let slot = match admission {
-                Admission::Run(prepared, entry) => Slot::Run { call: prepared, entry },
+                Admission::Run(prepared, entry) => Slot::Run {
+                    call: prepared,
+                    entry,
+                },
                 Admission::Refused(call, message) => {
                     self.emit_refused(ctx, events, &call, &message).await;
-                    Slot::Refused { call, result: ToolResult::error(message) }
+                    Slot::Refused {
+                        call,
+                        result: ToolResult::error(message),
+                    }
                 }
-                Admission::Pending(prepared, reason) => {
-                    Slot::Pending(PendingCall { call: prepared, reason })
-                }
+                Admission::Pending(prepared, reason) => Slot::Pending(PendingCall {
+                    call: prepared,
+                    reason,
+                }),
                 Admission::Fatal(_, error) => return Ok(TurnEnd::Fail(error)),
             };
             slots.push(slot);
         }
-        if let Some(TinyAgentsError::LimitExceeded { kind, limit: value, used }) = &limit {
-            if !acc.limit_reported {
-                acc.limit_reported = true;
-                events
-                    .emit(|| AgentEvent::LimitReached { kind: *kind, limit: *value, used: *used })
-                    .await;
-            }
+        if let Some(reached) = &limit {
+            report_limit(events, acc, reached).await;
         }
         let outcomes = self.execute_turn(ctx, state, events, &slots).await;
-        self.fold_turn(ctx, state, events, acc, slots, outcomes, assistant_text, limit)
-            .await
+        self.fold_turn(
+            ctx,
+            state,
+            events,
+            acc,
+            slots,
+            outcomes,
+            assistant_text,
+            limit,
+        )
+        .await
     }
 
     /// Admits one model-issued call. Every issued call spends a slot of the
@@ -132,7 +146,11 @@ impl AgentHarness {
             return Admission::Refused(call, text);
         };
         let call = match prepare_arguments(entry, &call, &self.injected, self.invalid_args) {
-            Ok(arguments) => ToolCall { arguments, raw_arguments: None, ..call },
+            Ok(arguments) => ToolCall {
+                arguments,
+                raw_arguments: None,
+                ..call
+            },
             Err(error) if self.invalid_args == InvalidArgsPolicy::Fail => {
                 return Admission::Fatal(call, error.into());
             }
@@ -155,7 +173,9 @@ impl AgentHarness {
             let name_before = call.name.clone();
             let next = match middleware.before_tool(ctx, state, &mut call).await {
                 Ok(next) => next,
-                Err(error) => ToolVerdict::Deny { reason: denied_by(middleware.name(), &error).to_string() },
+                Err(error) => ToolVerdict::Deny {
+                    reason: denied_by(middleware.name(), &error).to_string(),
+                },
             };
             if call.name != name_before {
                 let text = format!(
@@ -186,7 +206,9 @@ impl AgentHarness {
                 spec: entry.spec(),
                 arguments: &call.arguments,
             };
-            let decision = AssertUnwindSafe(gate.authorize_tool(&request)).catch_unwind().await;
+            let decision = AssertUnwindSafe(gate.authorize_tool(&request))
+                .catch_unwind()
+                .await;
             match decision {
                 Ok(Ok(GateDecision::Allow)) => {}
                 Ok(Ok(GateDecision::Ask { reason })) => {
@@ -215,7 +237,10 @@ impl AgentHarness {
 
     fn not_found_text(&self, name: &str) -> String {
         let available: Vec<&str> = self.model_tools.iter().map(|d| d.name.as_str()).collect();
-        format!("tool not found: {name}. Available tools: {}", available.join(", "))
+        format!(
+            "tool not found: {name}. Available tools: {}",
+            available.join(", ")
+        )
     }
 
     /// Emits `ToolStarted` and `ToolFailed` for a call refused before it ran,

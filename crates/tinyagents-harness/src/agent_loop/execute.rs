@@ -10,7 +10,9 @@ use tokio::time::Instant;
 use futures_util::FutureExt;
 use futures_util::future::BoxFuture;
 use futures_util::stream::{FuturesUnordered, StreamExt};
-use tinyagents_core::{AgentEvent, CallId, RunContext, State, TinyAgentsError, ToolCall, ToolResult};
+use tinyagents_core::{
+    AgentEvent, CallId, RunContext, State, TinyAgentsError, ToolCall, ToolResult,
+};
 use tinyagents_middleware::{Next, ToolCallContext};
 use tinytools::{ProgressSink, RegisteredTool, ToolCallOptions, ToolRunContext};
 use tokio::sync::mpsc;
@@ -67,8 +69,8 @@ impl AgentHarness {
                 _ => None,
             })
             .collect();
-        let mut nested = (ctx.limits.max_nested_depth() > 0)
-            .then(|| NestedRunner::new(ctx.capture.tool_io));
+        let mut nested =
+            (ctx.limits.max_nested_depth() > 0).then(|| NestedRunner::new(ctx.capture.tool_io));
         let mut start = 0;
         while start < runnable.len() && !ctx.is_cancelled() {
             let mut end = start + 1;
@@ -79,7 +81,10 @@ impl AgentHarness {
             }
             let batch = &runnable[start..end];
             let channel = nested.as_mut().map(|(runner, rx)| (&*runner, rx));
-            if self.run_batch(ctx, state, events, batch, &mut outcomes, channel).await {
+            if self
+                .run_batch(ctx, state, events, batch, &mut outcomes, channel)
+                .await
+            {
                 break;
             }
             start = end;
@@ -96,7 +101,10 @@ impl AgentHarness {
         events: &EventSink,
         batch: &[(usize, &ToolCall, &RegisteredTool)],
         outcomes: &mut [Option<CallOutcome>],
-        nested: Option<(&Arc<NestedRunner>, &mut mpsc::UnboundedReceiver<NestedRequest>)>,
+        nested: Option<(
+            &Arc<NestedRunner>,
+            &mut mpsc::UnboundedReceiver<NestedRequest>,
+        )>,
     ) -> bool {
         for (_, call, _) in batch {
             self.emit_started(ctx, events, call).await;
@@ -108,7 +116,11 @@ impl AgentHarness {
                 let runner = runner.as_ref();
                 let call = call.clone();
                 let future: BoxFuture<'_, Done> = Box::pin(async move {
-                    Done::Call(index, self.execute_call(ctx, call, entry, None, events, runner).await)
+                    Done::Call(
+                        index,
+                        self.execute_call(ctx, call, entry, None, events, runner)
+                            .await,
+                    )
                 });
                 future
             })
@@ -153,8 +165,15 @@ impl AgentHarness {
             // their parents (or the run was cancelled): each gets its end.
             for abandoned in runner.abandon_all() {
                 let error = abandoned_error(&abandoned);
-                self.emit_nested_failed(events, &abandoned.id, &abandoned.parent, &abandoned.name, abandoned.duration_ms, error)
-                    .await;
+                self.emit_nested_failed(
+                    events,
+                    &abandoned.id,
+                    &abandoned.parent,
+                    &abandoned.name,
+                    abandoned.duration_ms,
+                    error,
+                )
+                .await;
             }
         }
         if cancelled {
@@ -201,11 +220,19 @@ impl AgentHarness {
         let scope = nested.map(|runner| {
             runner.activate(&call_id);
             let runner: Arc<dyn NestedToolRunner> = Arc::clone(runner) as Arc<dyn NestedToolRunner>;
-            NestedScope { runner, call_id: call_id.clone() }
+            NestedScope {
+                runner,
+                call_id: call_id.clone(),
+            }
         });
-        let runner = scope.as_ref().map_or_else(|| Arc::clone(&self.disabled_runner), |s| Arc::clone(&s.runner));
+        let runner = scope.as_ref().map_or_else(
+            || Arc::clone(&self.disabled_runner),
+            |s| Arc::clone(&s.runner),
+        );
         let extension = Arc::new(ToolExecutionContext::new(Some(runner), call_id.clone()));
-        let tool_context = self.tool_context(ctx, &call.id, events).with_host_extension(extension);
+        let tool_context = self
+            .tool_context(ctx, &call.id, events)
+            .with_host_extension(extension);
         let wrap_context = ToolCallContext {
             run: ctx,
             spec,
@@ -234,7 +261,11 @@ impl AgentHarness {
             }),
             Some(Err(panic)) => Err(TinyAgentsError::tool_failed(
                 spec.name.clone(),
-                format!("tool '{}' panicked: {}", spec.name, panic_text(panic.as_ref())),
+                format!(
+                    "tool '{}' panicked: {}",
+                    spec.name,
+                    panic_text(panic.as_ref())
+                ),
             )),
             Some(Ok(result)) => result,
         };
@@ -242,19 +273,38 @@ impl AgentHarness {
             let (summary, abandoned) = runner.finish_parent(&call_id);
             for child in abandoned {
                 let error = abandoned_error(&child);
-                self.emit_nested_failed(events, &child.id, &child.parent, &child.name, child.duration_ms, error)
-                    .await;
+                self.emit_nested_failed(
+                    events,
+                    &child.id,
+                    &child.parent,
+                    &child.name,
+                    child.duration_ms,
+                    error,
+                )
+                .await;
             }
             if let (Some(summary), Ok(result)) = (summary, result.as_mut()) {
                 attach_summary(result, summary);
             }
         }
-        CallOutcome { result, duration_ms: millis(started) }
+        CallOutcome {
+            result,
+            duration_ms: millis(started),
+        }
     }
 
-    fn tool_context(&self, ctx: &RunContext, call_id: &CallId, events: &EventSink) -> ToolRunContext {
-        let context = ToolRunContext::new(ctx.run_id.clone(), call_id.clone(), ctx.cancellation().clone())
-            .with_agent(ctx.agent_id.clone());
+    fn tool_context(
+        &self,
+        ctx: &RunContext,
+        call_id: &CallId,
+        events: &EventSink,
+    ) -> ToolRunContext {
+        let context = ToolRunContext::new(
+            ctx.run_id.clone(),
+            call_id.clone(),
+            ctx.cancellation().clone(),
+        )
+        .with_agent(ctx.agent_id.clone());
         if events.is_active() && !call_id.is_nested() {
             let sink = events.clone();
             let progress: ProgressSink = Arc::new(move |p| {

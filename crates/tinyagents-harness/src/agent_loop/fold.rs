@@ -40,10 +40,17 @@ impl AgentHarness {
         for (slot, outcome) in slots.into_iter().zip(outcomes) {
             let entry = match slot {
                 Slot::Run { call, entry } => {
-                    if let Some(CallOutcome { result: Err(TinyAgentsError::ApprovalRequired { reason, .. }), duration_ms }) = &outcome {
+                    if let Some(CallOutcome {
+                        result: Err(TinyAgentsError::ApprovalRequired { reason, .. }),
+                        duration_ms,
+                    }) = &outcome
+                    {
                         // Raised during execution: the call waits for a person
                         // like one deferred at admission.
-                        let text = format!("tool '{}' requires approval: {reason}; the run waits for a decision", call.name);
+                        let text = format!(
+                            "tool '{}' requires approval: {reason}; the run waits for a decision",
+                            call.name
+                        );
                         events
                             .emit(|| AgentEvent::ToolFailed {
                                 call_id: call.id.clone(),
@@ -54,7 +61,12 @@ impl AgentHarness {
                             })
                             .await;
                         suspended = true;
-                        entries.push(TurnEntry::Pending { pending: PendingCall { call, reason: reason.clone() } });
+                        entries.push(TurnEntry::Pending {
+                            pending: PendingCall {
+                                call,
+                                reason: reason.clone(),
+                            },
+                        });
                         continue;
                     }
                     let message = match outcome {
@@ -63,7 +75,8 @@ impl AgentHarness {
                                 .await
                         }
                         None => {
-                            let text = format!("tool '{}' was not run: the run was cancelled", call.name);
+                            let text =
+                                format!("tool '{}' was not run: the run was cancelled", call.name);
                             self.emit_refused(ctx, events, &call, &text).await;
                             tool_message(&call, &ToolResult::error(text))
                         }
@@ -84,10 +97,12 @@ impl AgentHarness {
         if suspended {
             return Ok(TurnEnd::Suspend(entries));
         }
-        state.messages.extend(entries.into_iter().filter_map(|entry| match entry {
-            TurnEntry::Settled { message } => Some(message),
-            TurnEntry::Pending { .. } => None,
-        }));
+        state
+            .messages
+            .extend(entries.into_iter().filter_map(|entry| match entry {
+                TurnEntry::Settled { message } => Some(message),
+                TurnEntry::Pending { .. } => None,
+            }));
         if let Some(error) = fold.fatal {
             return Ok(TurnEnd::Fail(error));
         }
@@ -96,7 +111,9 @@ impl AgentHarness {
         }
         Ok(match fold.control {
             Some((ToolControl::ReturnDirect, text)) => TurnEnd::Finish(RunStatus::Terminated, text),
-            Some((ToolControl::Terminate, _)) => TurnEnd::Finish(RunStatus::Terminated, assistant_text),
+            Some((ToolControl::Terminate, _)) => {
+                TurnEnd::Finish(RunStatus::Terminated, assistant_text)
+            }
             None => TurnEnd::Continue,
         })
     }
@@ -155,13 +172,15 @@ impl AgentHarness {
                 .await;
         }
         if (failed || result.is_error) && entry.spec().error_policy == ToolErrorPolicy::EndRun {
-            fold.fatal.get_or_insert_with(|| TinyAgentsError::ToolFailed {
-                tool: call.name.clone(),
-                message: result.content.clone(),
-            });
+            fold.fatal
+                .get_or_insert_with(|| TinyAgentsError::ToolFailed {
+                    tool: call.name.clone(),
+                    message: result.content.clone(),
+                });
         }
         if let (false, Some(control)) = (failed, result.control) {
-            fold.control.get_or_insert_with(|| (control, result.content.clone()));
+            fold.control
+                .get_or_insert_with(|| (control, result.content.clone()));
         }
         if let Some(metadata) = result.metadata {
             acc.metadata.insert(call.id.clone(), metadata);

@@ -29,8 +29,8 @@ use crate::harness::AgentHarness;
 use crate::run::{AgentRun, RunRequest};
 
 pub(crate) use admit::{Admission, Slot};
-pub use resume::ResumeOptions;
 pub(crate) use nested::DisabledRunner;
+pub use resume::ResumeOptions;
 
 /// What a run accumulates besides its state.
 #[derive(Debug, Default)]
@@ -72,7 +72,8 @@ pub(crate) fn millis(since: Instant) -> u64 {
 impl AgentHarness {
     /// Runs the agent on `input` to its end.
     pub async fn run(&self, input: impl Into<String>) -> Result<AgentRun, TinyAgentsError> {
-        self.run_with(RunRequest::new(input), &EventSink::none()).await
+        self.run_with(RunRequest::new(input), &EventSink::none())
+            .await
     }
 
     /// Runs the agent, sending its events to `events`.
@@ -143,7 +144,9 @@ impl AgentHarness {
         loop {
             if ctx.is_cancelled() {
                 let text = state.last_assistant_text().unwrap_or_default().to_owned();
-                return Ok(self.finish(ctx, state, events, acc, RunStatus::Cancelled, text).await);
+                return Ok(self
+                    .finish(ctx, state, events, acc, RunStatus::Cancelled, text)
+                    .await);
             }
             if let Err(limit) = ctx.check_wall_clock() {
                 return self.limit_reached(ctx, state, events, acc, limit).await;
@@ -161,7 +164,9 @@ impl AgentHarness {
                 ModelOutcome::Response(response) => response,
                 ModelOutcome::Cancelled => {
                     let text = state.last_assistant_text().unwrap_or_default().to_owned();
-                    return Ok(self.finish(ctx, state, events, acc, RunStatus::Cancelled, text).await);
+                    return Ok(self
+                        .finish(ctx, state, events, acc, RunStatus::Cancelled, text)
+                        .await);
                 }
                 ModelOutcome::Limit(limit) => {
                     return self.limit_reached(ctx, state, events, acc, limit).await;
@@ -185,9 +190,14 @@ impl AgentHarness {
                 if let Some(limit) = token_limit {
                     return self.limit_reached(ctx, state, events, acc, limit).await;
                 }
-                return Ok(self.finish(ctx, state, events, acc, RunStatus::Completed, text).await);
+                return Ok(self
+                    .finish(ctx, state, events, acc, RunStatus::Completed, text)
+                    .await);
             }
-            match self.tool_turn(ctx, state, events, acc, response, token_limit).await? {
+            match self
+                .tool_turn(ctx, state, events, acc, response, token_limit)
+                .await?
+            {
                 TurnEnd::Continue => {}
                 TurnEnd::Finish(status, text) => {
                     let text = if status == RunStatus::AwaitingApproval {
@@ -197,7 +207,9 @@ impl AgentHarness {
                     };
                     return Ok(self.finish(ctx, state, events, acc, status, text).await);
                 }
-                TurnEnd::Limit(limit) => return self.limit_reached(ctx, state, events, acc, limit).await,
+                TurnEnd::Limit(limit) => {
+                    return self.limit_reached(ctx, state, events, acc, limit).await;
+                }
                 TurnEnd::Fail(error) => return Err(error),
                 TurnEnd::Suspend(entries) => {
                     return Ok(self.suspend(ctx, state, events, acc, entries).await);
@@ -221,7 +233,11 @@ impl AgentHarness {
             messages: &state.messages,
             tools: &self.model_tools,
             options: &self.options,
-            deltas: if events.is_active() { Some(&forward) } else { None },
+            deltas: if events.is_active() {
+                Some(&forward)
+            } else {
+                None
+            },
         };
         let span = tracing::info_span!(
             "chat",
@@ -237,13 +253,18 @@ impl AgentHarness {
         };
         let response = match answer {
             None => {
-                return Ok(ModelOutcome::Limit(ctx.check_wall_clock().err().unwrap_or(
-                    TinyAgentsError::LimitExceeded {
-                        kind: tinyagents_core::LimitKind::WallClock,
-                        limit: ctx.limits.wall_clock.map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
-                        used: u64::try_from(ctx.elapsed().as_millis()).unwrap_or(u64::MAX),
-                    },
-                )));
+                return Ok(ModelOutcome::Limit(
+                    ctx.check_wall_clock()
+                        .err()
+                        .unwrap_or(TinyAgentsError::LimitExceeded {
+                            kind: tinyagents_core::LimitKind::WallClock,
+                            limit: ctx
+                                .limits
+                                .wall_clock
+                                .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+                            used: u64::try_from(ctx.elapsed().as_millis()).unwrap_or(u64::MAX),
+                        }),
+                ));
             }
             Some(result) => result?,
         };
@@ -286,15 +307,10 @@ impl AgentHarness {
         acc: &mut RunAcc,
         limit: TinyAgentsError,
     ) -> Result<AgentRun, TinyAgentsError> {
-        let TinyAgentsError::LimitExceeded { kind, limit: value, used } = &limit else {
+        let TinyAgentsError::LimitExceeded { kind, .. } = &limit else {
             return Err(limit);
         };
-        if !acc.limit_reported {
-            acc.limit_reported = true;
-            events
-                .emit(|| AgentEvent::LimitReached { kind: *kind, limit: *value, used: *used })
-                .await;
-        }
+        report_limit(events, acc, &limit).await;
         match ctx.limits.behavior {
             LimitBehavior::Error => {
                 events
@@ -308,7 +324,14 @@ impl AgentHarness {
             LimitBehavior::Stop => {
                 let text = state.last_assistant_text().unwrap_or_default().to_owned();
                 Ok(self
-                    .finish(ctx, state, events, acc, RunStatus::LimitReached(*kind), text)
+                    .finish(
+                        ctx,
+                        state,
+                        events,
+                        acc,
+                        RunStatus::LimitReached(*kind),
+                        text,
+                    )
                     .await)
             }
         }
@@ -324,7 +347,10 @@ impl AgentHarness {
         final_text: String,
     ) -> AgentRun {
         events
-            .emit(|| AgentEvent::RunCompleted { status, usage: state.usage })
+            .emit(|| AgentEvent::RunCompleted {
+                status,
+                usage: state.usage,
+            })
             .await;
         AgentRun {
             run_id: ctx.run_id.clone(),
@@ -336,6 +362,22 @@ impl AgentHarness {
             tool_metadata: std::mem::take(&mut acc.metadata),
             suspended: None,
         }
+    }
+}
+
+/// Emits `LimitReached` for `limit`, once per run.
+pub(crate) async fn report_limit(events: &EventSink, acc: &mut RunAcc, limit: &TinyAgentsError) {
+    if let TinyAgentsError::LimitExceeded { kind, limit, used } = limit
+        && !acc.limit_reported
+    {
+        acc.limit_reported = true;
+        events
+            .emit(|| AgentEvent::LimitReached {
+                kind: *kind,
+                limit: *limit,
+                used: *used,
+            })
+            .await;
     }
 }
 

@@ -149,16 +149,29 @@ impl NestedRunner {
 
     /// Counts a refusal against `parent`'s quota.
     pub(crate) fn note_refusal(&self, parent: &CallId) {
-        *self.state.lock().refusals.entry(parent.clone()).or_insert(0) += 1;
+        *self
+            .state
+            .lock()
+            .refusals
+            .entry(parent.clone())
+            .or_insert(0) += 1;
     }
 
     /// The serialised arguments a summary keeps (only under capture).
     pub(crate) fn summary_args(&self, arguments: &Value) -> Option<String> {
-        self.capture_args.then(|| cut(&arguments.to_string(), SUMMARY_ARGS_BYTES))
+        self.capture_args
+            .then(|| cut(&arguments.to_string(), SUMMARY_ARGS_BYTES))
     }
 
     /// Records a call that ended without running (refused at admission).
-    pub(crate) fn record_refused(&self, id: &CallId, parent: &CallId, name: &str, args: Option<String>, error: &str) {
+    pub(crate) fn record_refused(
+        &self,
+        id: &CallId,
+        parent: &CallId,
+        name: &str,
+        args: Option<String>,
+        error: &str,
+    ) {
         let entry = SummaryEntry {
             id: id.clone(),
             name: name.to_owned(),
@@ -171,11 +184,23 @@ impl NestedRunner {
     }
 
     /// Registers a call that starts running, with its hold on the gate.
-    pub(crate) fn start(&self, id: &CallId, parent: &CallId, name: &str, args: Option<String>, hold: Option<HoldKind>) {
+    pub(crate) fn start(
+        &self,
+        id: &CallId,
+        parent: &CallId,
+        name: &str,
+        args: Option<String>,
+        hold: Option<HoldKind>,
+    ) {
         let mut state = self.state.lock();
         state.in_flight.insert(
             id.clone(),
-            InFlight { parent: parent.clone(), name: name.to_owned(), started: Instant::now(), args },
+            InFlight {
+                parent: parent.clone(),
+                name: name.to_owned(),
+                started: Instant::now(),
+                args,
+            },
         );
         if let Some(kind) = hold {
             state.holds.insert(id.clone(), kind);
@@ -221,7 +246,12 @@ impl NestedRunner {
     /// The hold a nested call of `parent` runs under: inherited from a
     /// nested parent, acquired when the parent was model-issued. A safe
     /// parent's unsafe child is refused (a shared hold cannot be upgraded).
-    pub(crate) async fn acquire(&self, parent: &CallId, name: &str, shared: bool) -> Result<(Hold, HoldKind), TinyAgentsError> {
+    pub(crate) async fn acquire(
+        &self,
+        parent: &CallId,
+        name: &str,
+        shared: bool,
+    ) -> Result<(Hold, HoldKind), TinyAgentsError> {
         let parent_hold = self.state.lock().holds.get(parent).copied();
         match (parent_hold, shared) {
             (Some(HoldKind::Exclusive), _) => Ok((Hold::Inherited, HoldKind::Exclusive)),
@@ -232,8 +262,14 @@ impl NestedRunner {
                     "nested call '{name}' is not concurrency-safe, and its parent {parent} is: a shared hold cannot be upgraded to an exclusive one"
                 ),
             }),
-            (None, true) => Ok((Hold::Shared(Arc::clone(&self.gate).read_owned().await), HoldKind::Shared)),
-            (None, false) => Ok((Hold::Exclusive(Arc::clone(&self.gate).write_owned().await), HoldKind::Exclusive)),
+            (None, true) => Ok((
+                Hold::Shared(Arc::clone(&self.gate).read_owned().await),
+                HoldKind::Shared,
+            )),
+            (None, false) => Ok((
+                Hold::Exclusive(Arc::clone(&self.gate).write_owned().await),
+                HoldKind::Exclusive,
+            )),
         }
     }
 
@@ -258,7 +294,12 @@ impl NestedRunner {
             };
             let error = parent_settled(&name, parent, "settled").to_string();
             if self.end(&id, NestedStatus::Abandoned, Some(&error)) {
-                abandoned.push(Abandoned { id, parent: child_parent, name, duration_ms });
+                abandoned.push(Abandoned {
+                    id,
+                    parent: child_parent,
+                    name,
+                    duration_ms,
+                });
             }
         }
         let summary = self.state.lock().summaries.remove(parent);
@@ -275,7 +316,12 @@ impl NestedRunner {
             };
             let error = parent_settled(&name, &parent, "was cancelled").to_string();
             if self.end(&id, NestedStatus::Abandoned, Some(&error)) {
-                abandoned.push(Abandoned { id, parent, name, duration_ms });
+                abandoned.push(Abandoned {
+                    id,
+                    parent,
+                    name,
+                    duration_ms,
+                });
             }
         }
         self.state.lock().active.clear();
@@ -285,7 +331,11 @@ impl NestedRunner {
     fn peek(&self, id: &CallId) -> Option<(String, CallId, u64)> {
         let state = self.state.lock();
         let flight = state.in_flight.get(id)?;
-        Some((flight.name.clone(), flight.parent.clone(), super::millis(flight.started)))
+        Some((
+            flight.name.clone(),
+            flight.parent.clone(),
+            super::millis(flight.started),
+        ))
     }
 }
 
@@ -336,7 +386,12 @@ pub(crate) fn attach_summary(result: &mut ToolResult, summary: Value) {
 
 #[async_trait]
 impl NestedToolRunner for NestedRunner {
-    async fn call(&self, parent: &CallId, name: &str, arguments: Value) -> Result<ToolResult, TinyAgentsError> {
+    async fn call(
+        &self,
+        parent: &CallId,
+        name: &str,
+        arguments: Value,
+    ) -> Result<ToolResult, TinyAgentsError> {
         let id = {
             let mut state = self.state.lock();
             if !state.active.contains(parent) {
@@ -347,7 +402,13 @@ impl NestedToolRunner for NestedRunner {
             parent.child(*n)
         };
         let (reply, answer) = oneshot::channel();
-        let request = NestedRequest { parent: parent.clone(), id, name: name.to_owned(), arguments, reply };
+        let request = NestedRequest {
+            parent: parent.clone(),
+            id,
+            name: name.to_owned(),
+            arguments,
+            reply,
+        };
         if self.tx.send(request).is_err() {
             return Err(parent_settled(name, parent, "has settled"));
         }
@@ -362,7 +423,14 @@ pub(crate) struct DisabledRunner;
 
 #[async_trait]
 impl NestedToolRunner for DisabledRunner {
-    async fn call(&self, _parent: &CallId, name: &str, _arguments: Value) -> Result<ToolResult, TinyAgentsError> {
-        Err(TinyAgentsError::NestedDisabled { tool: name.to_owned() })
+    async fn call(
+        &self,
+        _parent: &CallId,
+        name: &str,
+        _arguments: Value,
+    ) -> Result<ToolResult, TinyAgentsError> {
+        Err(TinyAgentsError::NestedDisabled {
+            tool: name.to_owned(),
+        })
     }
 }

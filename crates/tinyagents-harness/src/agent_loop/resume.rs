@@ -90,21 +90,38 @@ impl AgentHarness {
                 TurnEntry::Settled { message } => Slot::Settled(message),
                 TurnEntry::Pending { pending } => {
                     let decision = decisions.iter().find(|d| d.call_id == pending.call.id);
-                    self.decide(&mut ctx, &state, events, pending.call, decision).await
+                    self.decide(&mut ctx, &state, events, pending.call, decision)
+                        .await
                 }
             };
             slots.push(slot);
         }
         let outcomes = self.execute_turn(&ctx, &state, events, &slots).await;
         let end = self
-            .fold_turn(&mut ctx, &mut state, events, &mut acc, slots, outcomes, assistant_text, None)
+            .fold_turn(
+                &mut ctx,
+                &mut state,
+                events,
+                &mut acc,
+                slots,
+                outcomes,
+                assistant_text,
+                None,
+            )
             .await?;
         match end {
             TurnEnd::Continue => self.drive(&mut ctx, &mut state, events, &mut acc).await,
-            TurnEnd::Finish(status, text) => Ok(self.finish(&ctx, &mut state, events, &mut acc, status, text).await),
-            TurnEnd::Limit(limit) => self.limit_reached(&ctx, &mut state, events, &mut acc, limit).await,
+            TurnEnd::Finish(status, text) => Ok(self
+                .finish(&ctx, &mut state, events, &mut acc, status, text)
+                .await),
+            TurnEnd::Limit(limit) => {
+                self.limit_reached(&ctx, &mut state, events, &mut acc, limit)
+                    .await
+            }
             TurnEnd::Fail(error) => Err(error),
-            TurnEnd::Suspend(entries) => Ok(self.suspend(&ctx, &mut state, events, &mut acc, entries).await),
+            TurnEnd::Suspend(entries) => Ok(self
+                .suspend(&ctx, &mut state, events, &mut acc, entries)
+                .await),
         }
     }
 
@@ -124,7 +141,10 @@ impl AgentHarness {
                 let Some(entry) = self.lookup(&call.name) else {
                     let text = format!("tool not found: {}", call.name);
                     self.emit_refused(ctx, events, &call, &text).await;
-                    return Slot::Refused { call, result: ToolResult::error(text) };
+                    return Slot::Refused {
+                        call,
+                        result: ToolResult::error(text),
+                    };
                 };
                 match self.authorize(ctx, state, call, entry).await {
                     Admission::Run(call, entry) => return Slot::Run { call, entry },
@@ -133,25 +153,38 @@ impl AgentHarness {
                     }
                     Admission::Refused(call, text) => {
                         self.emit_refused(ctx, events, &call, &text).await;
-                        return Slot::Refused { call, result: ToolResult::error(text) };
+                        return Slot::Refused {
+                            call,
+                            result: ToolResult::error(text),
+                        };
                     }
                     Admission::Fatal(call, error) => {
                         let text = error.to_string();
                         self.emit_refused(ctx, events, &call, &text).await;
-                        return Slot::Refused { call, result: ToolResult::error(text) };
+                        return Slot::Refused {
+                            call,
+                            result: ToolResult::error(text),
+                        };
                     }
                 }
             }
             Some(d) if d.approved => {
-                "refused: the approval does not match this call's arguments, so it was not run".to_owned()
+                "refused: the approval does not match this call's arguments, so it was not run"
+                    .to_owned()
             }
             Some(d) => format!(
                 "denied by a person{}",
-                d.reason.as_deref().map(|r| format!(": {r}")).unwrap_or_default()
+                d.reason
+                    .as_deref()
+                    .map(|r| format!(": {r}"))
+                    .unwrap_or_default()
             ),
             None => "refused: no decision was given for this call".to_owned(),
         };
         self.emit_refused(ctx, events, &call, &refusal).await;
-        Slot::Refused { call, result: ToolResult::error(refusal) }
+        Slot::Refused {
+            call,
+            result: ToolResult::error(refusal),
+        }
     }
 }

@@ -9,7 +9,9 @@ use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use futures_util::FutureExt;
-use tinyagents_core::{AgentEvent, CallId, LimitKind, RunContext, State, TinyAgentsError, ToolCall};
+use tinyagents_core::{
+    AgentEvent, CallId, LimitKind, RunContext, State, TinyAgentsError, ToolCall,
+};
 use tinyagents_middleware::{GateDecision, ToolCallRequest};
 use tinytools::{RegisteredTool, prepare_arguments};
 
@@ -36,17 +38,31 @@ impl AgentHarness {
         runner: &Arc<NestedRunner>,
         request: NestedRequest,
     ) {
-        let NestedRequest { parent, id, name, arguments, mut reply } = request;
+        let NestedRequest {
+            parent,
+            id,
+            name,
+            arguments,
+            mut reply,
+        } = request;
         let call = ToolCall::new(id, name, arguments);
         let args = runner.summary_args(&call.arguments);
-        let admitted = self.admit_nested(ctx, state, events, runner, &parent, call).await;
-        let Admitted { call, entry, hold, kind } = match admitted {
+        let admitted = self
+            .admit_nested(ctx, state, events, runner, &parent, call)
+            .await;
+        let Admitted {
+            call,
+            entry,
+            hold,
+            kind,
+        } = match admitted {
             Ok(admitted) => admitted,
             Err((call, error)) => {
                 let text = error.to_string();
                 runner.note_refusal(&parent);
                 runner.record_refused(&call.id, &parent, &call.name, args, &text);
-                self.emit_nested_refused(ctx, events, &call, &parent, &text).await;
+                self.emit_nested_refused(ctx, events, &call, &parent, &text)
+                    .await;
                 let _ = reply.send(Err(error));
                 return;
             }
@@ -63,7 +79,14 @@ impl AgentHarness {
             .await;
         let id = call.id.clone();
         let name = call.name.clone();
-        let work = self.execute_call(ctx, call.clone(), entry, Some(&parent), events, Some(runner));
+        let work = self.execute_call(
+            ctx,
+            call.clone(),
+            entry,
+            Some(&parent),
+            events,
+            Some(runner),
+        );
         let outcome = tokio::select! {
             biased;
             outcome = work => Some(outcome),
@@ -73,9 +96,11 @@ impl AgentHarness {
         let Some(outcome) = outcome else {
             // The calling tool stopped waiting: the call is abandoned; its
             // ledger row (if any) stays started.
-            let error = format!("parent settled: {parent} stopped waiting for nested call '{name}'");
+            let error =
+                format!("parent settled: {parent} stopped waiting for nested call '{name}'");
             if runner.end(&id, NestedStatus::Abandoned, Some(&error)) {
-                self.emit_nested_failed(events, &id, &parent, &name, 0, error).await;
+                self.emit_nested_failed(events, &id, &parent, &name, 0, error)
+                    .await;
             }
             return;
         };
@@ -83,12 +108,22 @@ impl AgentHarness {
             Ok(mut result) => {
                 // A nested result cannot steer the run.
                 result.control = None;
-                let status = if result.is_error { NestedStatus::Error } else { NestedStatus::Ok };
-                if !runner.end(&id, status, result.is_error.then_some(result.content.as_str())) {
+                let status = if result.is_error {
+                    NestedStatus::Error
+                } else {
+                    NestedStatus::Ok
+                };
+                if !runner.end(
+                    &id,
+                    status,
+                    result.is_error.then_some(result.content.as_str()),
+                ) {
                     return;
                 }
                 for middleware in &self.middlewares {
-                    middleware.observe_nested_result(ctx, state, &call, &result).await;
+                    middleware
+                        .observe_nested_result(ctx, state, &call, &result)
+                        .await;
                 }
                 events
                     .emit(|| AgentEvent::ToolCompleted {
@@ -114,7 +149,8 @@ impl AgentHarness {
                 if !runner.end(&id, NestedStatus::Failed, Some(&text)) {
                     return;
                 }
-                self.emit_nested_failed(events, &id, &parent, &name, outcome.duration_ms, text).await;
+                self.emit_nested_failed(events, &id, &parent, &name, outcome.duration_ms, text)
+                    .await;
                 Err(error)
             }
         };
@@ -150,14 +186,23 @@ impl AgentHarness {
         let max = ctx.limits.max_nested_depth();
         let depth = call.id.depth();
         if max == 0 {
-            return Err((call.clone(), TinyAgentsError::NestedDisabled { tool: call.name }));
+            return Err((
+                call.clone(),
+                TinyAgentsError::NestedDisabled { tool: call.name },
+            ));
         }
         if depth > max {
-            let error = TinyAgentsError::NestedDepthExceeded { tool: call.name.clone(), depth, max };
+            let error = TinyAgentsError::NestedDepthExceeded {
+                tool: call.name.clone(),
+                depth,
+                max,
+            };
             return Err((call, error));
         }
         let Some(entry) = self.lookup(&call.name) else {
-            let error = TinyAgentsError::ToolNotFound { name: call.name.clone() };
+            let error = TinyAgentsError::ToolNotFound {
+                name: call.name.clone(),
+            };
             return Err((call, error));
         };
         let call = match prepare_arguments(entry, &call, &self.injected, self.invalid_args) {
@@ -166,7 +211,10 @@ impl AgentHarness {
         };
         let spec = entry.spec();
         if spec.external || spec.approval_required {
-            return Err((call.clone(), TinyAgentsError::NestedApprovalRequired { tool: call.name }));
+            return Err((
+                call.clone(),
+                TinyAgentsError::NestedApprovalRequired { tool: call.name },
+            ));
         }
         for middleware in &self.middlewares {
             if let Err(error) = middleware.check_nested_tool(ctx, state, &call).await {
@@ -183,7 +231,10 @@ impl AgentHarness {
                 spec,
                 arguments: &call.arguments,
             };
-            let refusal = match AssertUnwindSafe(gate.authorize_tool(&request)).catch_unwind().await {
+            let refusal = match AssertUnwindSafe(gate.authorize_tool(&request))
+                .catch_unwind()
+                .await
+            {
                 Ok(Ok(GateDecision::Allow)) => None,
                 Ok(Ok(GateDecision::Deny { reason })) => Some(reason),
                 Ok(Ok(GateDecision::Ask { reason })) => Some(format!(
@@ -193,20 +244,38 @@ impl AgentHarness {
                 Err(_) => Some("the gate panicked".to_owned()),
             };
             if let Some(reason) = refusal {
-                let error = TinyAgentsError::Denied { by: "security gate".to_owned(), reason };
+                let error = TinyAgentsError::Denied {
+                    by: "security gate".to_owned(),
+                    reason,
+                };
                 return Err((call, error));
             }
         }
         if let Err(limit) = ctx.tracker().try_reserve_nested_tool_call() {
-            if let TinyAgentsError::LimitExceeded { limit: value, used, .. } = &limit {
+            if let TinyAgentsError::LimitExceeded {
+                limit: value, used, ..
+            } = &limit
+            {
                 events
-                    .emit(|| AgentEvent::LimitReached { kind: LimitKind::ToolCalls, limit: *value, used: *used })
+                    .emit(|| AgentEvent::LimitReached {
+                        kind: LimitKind::ToolCalls,
+                        limit: *value,
+                        used: *used,
+                    })
                     .await;
             }
             return Err((call, limit));
         }
-        match runner.acquire(parent, &call.name, self.runs_shared(entry)).await {
-            Ok((hold, kind)) => Ok(Admitted { call, entry, hold, kind }),
+        match runner
+            .acquire(parent, &call.name, self.runs_shared(entry))
+            .await
+        {
+            Ok((hold, kind)) => Ok(Admitted {
+                call,
+                entry,
+                hold,
+                kind,
+            }),
             Err(error) => {
                 ctx.tracker().release_nested_tool_call();
                 Err((call, error))
@@ -214,7 +283,14 @@ impl AgentHarness {
         }
     }
 
-    async fn emit_nested_refused(&self, ctx: &RunContext, events: &EventSink, call: &ToolCall, parent: &CallId, text: &str) {
+    async fn emit_nested_refused(
+        &self,
+        ctx: &RunContext,
+        events: &EventSink,
+        call: &ToolCall,
+        parent: &CallId,
+        text: &str,
+    ) {
         if !events.is_active() {
             return;
         }
@@ -227,7 +303,8 @@ impl AgentHarness {
                 arguments,
             })
             .await;
-        self.emit_nested_failed(events, &call.id, parent, &call.name, 0, text.to_owned()).await;
+        self.emit_nested_failed(events, &call.id, parent, &call.name, 0, text.to_owned())
+            .await;
     }
 
     pub(crate) async fn emit_nested_failed(
@@ -250,4 +327,3 @@ impl AgentHarness {
             .await;
     }
 }
-

@@ -13,7 +13,12 @@ use tinyagents_core::{CallId, TinyAgentsError, ToolResult};
 #[async_trait]
 pub(crate) trait NestedToolRunner: Send + Sync {
     /// Runs `name(arguments)` as a nested call of `parent`.
-    async fn call(&self, parent: &CallId, name: &str, arguments: Value) -> Result<ToolResult, TinyAgentsError>;
+    async fn call(
+        &self,
+        parent: &CallId,
+        name: &str,
+        arguments: Value,
+    ) -> Result<ToolResult, TinyAgentsError>;
 }
 
 /// The runner and the call it was installed for.

@@ -52,7 +52,9 @@ impl ToolExecutionContext {
             return installed.clone();
         }
         let runner = NESTED_SCOPE
-            .try_with(|scope| (scope.call_id == *context.call_id()).then(|| Arc::clone(&scope.runner)))
+            .try_with(|scope| {
+                (scope.call_id == *context.call_id()).then(|| Arc::clone(&scope.runner))
+            })
             .ok()
             .flatten();
         Self::new(runner, context.call_id().clone())
@@ -68,7 +70,11 @@ impl ToolExecutionContext {
     /// rows and events as a model-issued call, with the documented
     /// exceptions. A refusal is an `Err`; a tool that reports its own
     /// failure (`is_error`) is an `Ok`.
-    pub async fn call_tool(&self, name: &str, arguments: Value) -> Result<ToolResult, TinyAgentsError> {
+    pub async fn call_tool(
+        &self,
+        name: &str,
+        arguments: Value,
+    ) -> Result<ToolResult, TinyAgentsError> {
         match &self.runner {
             Some(runner) => runner.call(&self.call_id, name, arguments).await,
             None => Err(TinyAgentsError::ToolFailed {
