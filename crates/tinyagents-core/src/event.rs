@@ -145,6 +145,18 @@ pub enum AgentEvent {
         /// Tokens used by the whole run.
         usage: Usage,
     },
+    /// An event of a delegated agent's run, forwarded into the stream of the
+    /// run whose tool call started it.
+    Delegated {
+        /// The call of the parent run that delegated.
+        parent_call_id: CallId,
+        /// The agent that ran.
+        agent_id: AgentId,
+        /// The delegated run's depth (1 for a child of a top-level run).
+        depth: u32,
+        /// The child's event (itself `Delegated` for a grandchild's).
+        event: Box<AgentEvent>,
+    },
 }
 
 impl AgentEvent {

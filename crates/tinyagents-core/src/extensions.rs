@@ -32,6 +32,14 @@ impl Extensions {
         self.values.push(value);
     }
 
+    /// The shared value of type `T`, if attached.
+    pub fn get_arc<T: Any + Send + Sync>(&self) -> Option<Arc<T>> {
+        self.values
+            .iter()
+            .find(|v| v.is::<T>())
+            .and_then(|v| Arc::clone(v).downcast::<T>().ok())
+    }
+
     /// The value of type `T`, if attached.
     pub fn get<T: Any + Send + Sync>(&self) -> Option<&T> {
         self.values.iter().find_map(|v| v.downcast_ref::<T>())

@@ -1,7 +1,9 @@
 //! Where a run's events go: a bounded channel, so a slow consumer slows the
 //! run instead of growing memory.
 
-use tinyagents_core::AgentEvent;
+use std::sync::Arc;
+
+use tinyagents_core::{AgentEvent, AgentId, CallId};
 use tokio::sync::mpsc;
 
 /// The receiving end of a run's events.
@@ -10,7 +12,15 @@ pub type EventReceiver = mpsc::Receiver<AgentEvent>;
 /// A bounded event channel of `capacity` events (at least 1).
 pub fn event_channel(capacity: usize) -> (EventSink, EventReceiver) {
     let (tx, rx) = mpsc::channel(capacity.max(1));
-    (EventSink { tx: Some(tx) }, rx)
+    (EventSink { tx: Some(tx), scope: None }, rx)
+}
+
+/// Where a delegated run's events are forwarded from.
+#[derive(Debug)]
+struct DelegationScope {
+    parent_call_id: CallId,
+    agent_id: AgentId,
+    depth: u32,
 }
 
 /// Where the loop sends events. [`EventSink::none`] discards them at no
@@ -18,17 +28,39 @@ pub fn event_channel(capacity: usize) -> (EventSink, EventReceiver) {
 #[derive(Debug, Clone, Default)]
 pub struct EventSink {
     tx: Option<mpsc::Sender<AgentEvent>>,
+    scope: Option<Arc<DelegationScope>>,
 }
 
 impl EventSink {
     /// A sink that discards events.
     pub fn none() -> Self {
-        Self { tx: None }
+        Self { tx: None, scope: None }
     }
 
     /// A sink over an existing sender.
     pub fn from_sender(tx: mpsc::Sender<AgentEvent>) -> Self {
-        Self { tx: Some(tx) }
+        Self { tx: Some(tx), scope: None }
+    }
+
+    /// A sink for a run delegated by the call `parent_call_id`: its events
+    /// reach this sink's receiver wrapped in `AgentEvent::Delegated`.
+    pub fn delegated(&self, parent_call_id: CallId, agent_id: AgentId, depth: u32) -> Self {
+        Self {
+            tx: self.tx.clone(),
+            scope: Some(Arc::new(DelegationScope { parent_call_id, agent_id, depth })),
+        }
+    }
+
+    fn wrap(&self, event: AgentEvent) -> AgentEvent {
+        match &self.scope {
+            None => event,
+            Some(scope) => AgentEvent::Delegated {
+                parent_call_id: scope.parent_call_id.clone(),
+                agent_id: scope.agent_id.clone(),
+                depth: scope.depth,
+                event: Box::new(event),
+            },
+        }
     }
 
     /// Whether anyone listens.
@@ -40,7 +72,7 @@ impl EventSink {
     /// nothing when nobody listens. A dropped receiver is not an error.
     pub async fn emit(&self, build: impl FnOnce() -> AgentEvent) {
         if let Some(tx) = self.tx.as_ref().filter(|tx| !tx.is_closed()) {
-            let _ = tx.send(build()).await;
+            let _ = tx.send(self.wrap(build())).await;
         }
     }
 
@@ -48,7 +80,7 @@ impl EventSink {
     /// advisory events (progress, streamed deltas) from synchronous code.
     pub fn try_emit(&self, event: AgentEvent) {
         if let Some(tx) = &self.tx {
-            let _ = tx.try_send(event);
+            let _ = tx.try_send(self.wrap(event));
         }
     }
 }

@@ -22,7 +22,7 @@ use super::nested::{NestedRequest, NestedRunner, abandoned_error, attach_summary
 use super::{Slot, millis, with_deadline};
 use crate::events::EventSink;
 use crate::harness::AgentHarness;
-use crate::tool::{NESTED_SCOPE, NestedScope, NestedToolRunner, ToolExecutionContext};
+use crate::tool::{NESTED_SCOPE, NestedScope, NestedToolRunner, RunShared, ToolExecutionContext};
 
 /// What finished in a batch: a call of the batch, or a nested call.
 enum Done {
@@ -229,7 +229,8 @@ impl AgentHarness {
             || Arc::clone(&self.disabled_runner),
             |s| Arc::clone(&s.runner),
         );
-        let extension = Arc::new(ToolExecutionContext::new(Some(runner), call_id.clone()));
+        let shared = ctx.extensions.get_arc::<RunShared>();
+        let extension = Arc::new(ToolExecutionContext::new(Some(runner), call_id.clone(), shared));
         let tool_context = self
             .tool_context(ctx, &call.id, events)
             .with_host_extension(extension);

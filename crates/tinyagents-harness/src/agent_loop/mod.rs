@@ -27,6 +27,7 @@ use tracing::Instrument;
 use crate::events::EventSink;
 use crate::harness::AgentHarness;
 use crate::run::{AgentRun, RunRequest};
+use crate::tool::RunShared;
 
 pub(crate) use admit::{Admission, Slot};
 pub(crate) use nested::DisabledRunner;
@@ -83,6 +84,14 @@ impl AgentHarness {
         events: &EventSink,
     ) -> Result<AgentRun, TinyAgentsError> {
         let (mut ctx, mut state) = self.prepare(request);
+        if ctx.depth > ctx.limits.max_depth {
+            return Err(TinyAgentsError::LimitExceeded {
+                kind: tinyagents_core::LimitKind::Depth,
+                limit: u64::from(ctx.limits.max_depth),
+                used: u64::from(ctx.depth),
+            });
+        }
+        self.share_with_tools(&mut ctx, events);
         let span = tracing::info_span!(
             "invoke_agent",
             otel.name = %format_args!("invoke_agent {}", self.agent_name()),
@@ -106,6 +115,19 @@ impl AgentHarness {
 
     fn agent_name(&self) -> &str {
         self.agent_id.as_ref().map_or("agent", |id| id.as_str())
+    }
+
+    /// Attaches what tools may know of the run (see `ToolExecutionContext`).
+    pub(crate) fn share_with_tools(&self, ctx: &mut RunContext, events: &EventSink) {
+        let shared = RunShared {
+            run_id: ctx.run_id.clone(),
+            agent_id: ctx.agent_id.clone(),
+            depth: ctx.depth,
+            properties: Arc::clone(&ctx.properties),
+            tracker: Arc::clone(ctx.tracker_arc()),
+            events: events.clone(),
+        };
+        ctx.extensions.insert(Arc::new(shared));
     }
 
     fn prepare(&self, request: RunRequest) -> (RunContext, State) {

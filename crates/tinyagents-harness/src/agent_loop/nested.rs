@@ -180,7 +180,7 @@ impl NestedRunner {
             args,
             error: self.summary_error(NestedStatus::Failed, error),
         };
-        self.push_summary(parent, entry);
+        push_summary(&mut self.state.lock(), parent, entry);
     }
 
     /// Registers a call that starts running, with its hold on the gate.
@@ -210,37 +210,27 @@ impl NestedRunner {
     /// Ends a running call. `false` when it had already been ended as
     /// abandoned by its parent's settling: the caller then reports nothing.
     pub(crate) fn end(&self, id: &CallId, status: NestedStatus, error: Option<&str>) -> bool {
+        let error = error.and_then(|e| self.summary_error(status, e));
         let mut state = self.state.lock();
         let Some(flight) = state.in_flight.remove(id) else {
             return false;
         };
         state.holds.remove(id);
-        drop(state);
         let entry = SummaryEntry {
             id: id.clone(),
             name: flight.name,
             status,
             duration_ms: super::millis(flight.started),
             args: flight.args,
-            error: error.and_then(|e| self.summary_error(status, e)),
+            error,
         };
-        self.push_summary(&flight.parent, entry);
+        push_summary(&mut state, &flight.parent, entry);
         true
     }
 
     fn summary_error(&self, status: NestedStatus, error: &str) -> Option<String> {
         let keep = self.capture_args || status == NestedStatus::Abandoned;
         (keep && !error.is_empty()).then(|| cut(error, SUMMARY_ERROR_BYTES))
-    }
-
-    fn push_summary(&self, parent: &CallId, entry: SummaryEntry) {
-        let mut state = self.state.lock();
-        let summary = state.summaries.entry(parent.clone()).or_default();
-        if summary.entries.len() < SUMMARY_CAP {
-            summary.entries.push(entry);
-        } else {
-            summary.truncated += 1;
-        }
     }
 
     /// The hold a nested call of `parent` runs under: inherited from a
@@ -277,15 +267,17 @@ impl NestedRunner {
     /// still in flight are abandoned (reported by the caller); its summary
     /// is returned for its result's metadata.
     pub(crate) fn finish_parent(&self, parent: &CallId) -> (Option<Value>, Vec<Abandoned>) {
-        let prefix = format!("{parent}/");
         let mut state = self.state.lock();
         state.active.remove(parent);
         let ids: Vec<CallId> = state
             .in_flight
             .keys()
-            .filter(|id| id.as_str().starts_with(&prefix))
+            .filter(|id| descends_from(id, parent))
             .cloned()
             .collect();
+        if ids.is_empty() {
+            return (state.summaries.remove(parent).map(render), Vec::new());
+        }
         drop(state);
         let mut abandoned = Vec::with_capacity(ids.len());
         for id in ids {
@@ -337,6 +329,22 @@ impl NestedRunner {
             super::millis(flight.started),
         ))
     }
+}
+
+fn push_summary(state: &mut RunnerState, parent: &CallId, entry: SummaryEntry) {
+    let summary = state.summaries.entry(parent.clone()).or_default();
+    if summary.entries.len() < SUMMARY_CAP {
+        summary.entries.push(entry);
+    } else {
+        summary.truncated += 1;
+    }
+}
+
+/// Whether `id` is a descendant of `parent` (`<parent>/...`).
+fn descends_from(id: &CallId, parent: &CallId) -> bool {
+    id.as_str()
+        .strip_prefix(parent.as_str())
+        .is_some_and(|rest| rest.starts_with('/'))
 }
 
 /// The error text of an abandoned call.

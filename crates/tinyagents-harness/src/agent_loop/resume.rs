@@ -81,6 +81,7 @@ impl AgentHarness {
         ctx.capture = self.capture;
         ctx.properties = Arc::new(suspended.properties);
         ctx.extensions.insert(Arc::clone(&self.tools));
+        self.share_with_tools(&mut ctx, events);
         let mut state = suspended.state;
         let mut acc = RunAcc::default();
         let assistant_text = state.last_assistant_text().unwrap_or_default().to_owned();

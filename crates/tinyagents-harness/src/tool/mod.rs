@@ -5,4 +5,5 @@ mod nested;
 mod types;
 
 pub(crate) use nested::{NESTED_SCOPE, NestedScope, NestedToolRunner};
+pub(crate) use types::RunShared;
 pub use types::ToolExecutionContext;

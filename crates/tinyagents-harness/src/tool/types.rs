@@ -2,11 +2,24 @@
 
 use std::sync::Arc;
 
-use serde_json::Value;
-use tinyagents_core::{CallId, TinyAgentsError, ToolResult};
+use serde_json::{Map, Value};
+use tinyagents_core::{AgentId, CallId, LimitTracker, RunId, TinyAgentsError, ToolResult};
 use tinytools::ToolRunContext;
 
 use super::nested::{NESTED_SCOPE, NestedToolRunner};
+use crate::events::EventSink;
+
+/// What the tools of one run segment may know of it; attached to the run's
+/// context once, shared by every call's [`ToolExecutionContext`].
+#[derive(Debug)]
+pub(crate) struct RunShared {
+    pub(crate) run_id: RunId,
+    pub(crate) agent_id: Option<AgentId>,
+    pub(crate) depth: u32,
+    pub(crate) properties: Arc<Map<String, Value>>,
+    pub(crate) tracker: Arc<LimitTracker>,
+    pub(crate) events: EventSink,
+}
 
 /// A tool's handle on the harness while the agent loop executes it. The
 /// harness installs one as the host extension of every call's
@@ -23,6 +36,7 @@ use super::nested::{NESTED_SCOPE, NestedToolRunner};
 pub struct ToolExecutionContext {
     runner: Option<Arc<dyn NestedToolRunner>>,
     call_id: CallId,
+    run: Option<Arc<RunShared>>,
 }
 
 impl std::fmt::Debug for ToolExecutionContext {
@@ -35,8 +49,12 @@ impl std::fmt::Debug for ToolExecutionContext {
 }
 
 impl ToolExecutionContext {
-    pub(crate) fn new(runner: Option<Arc<dyn NestedToolRunner>>, call_id: CallId) -> Self {
-        Self { runner, call_id }
+    pub(crate) fn new(
+        runner: Option<Arc<dyn NestedToolRunner>>,
+        call_id: CallId,
+        run: Option<Arc<RunShared>>,
+    ) -> Self {
+        Self { runner, call_id, run }
     }
 
     /// The context for the call `context` describes: the harness's own when
@@ -57,12 +75,47 @@ impl ToolExecutionContext {
             })
             .ok()
             .flatten();
-        Self::new(runner, context.call_id().clone())
+        Self::new(runner, context.call_id().clone(), None)
     }
 
     /// The call this context belongs to (the parent of its nested calls).
     pub fn call_id(&self) -> &CallId {
         &self.call_id
+    }
+
+    /// The run executing the call (`None` outside the agent loop).
+    pub fn run_id(&self) -> Option<&RunId> {
+        self.run.as_ref().map(|run| &run.run_id)
+    }
+
+    /// The agent executing the call.
+    pub fn agent_id(&self) -> Option<&AgentId> {
+        self.run.as_ref().and_then(|run| run.agent_id.as_ref())
+    }
+
+    /// The run's sub-agent depth: 0 for a run a host started.
+    pub fn depth(&self) -> u32 {
+        self.run.as_ref().map_or(0, |run| run.depth)
+    }
+
+    /// The run's host metadata (its additional properties), to carry into
+    /// a delegated run.
+    pub fn properties(&self) -> Option<&Arc<Map<String, Value>>> {
+        self.run.as_ref().map(|run| &run.properties)
+    }
+
+    /// The run's budget, for a delegated run that spends from the same one.
+    pub fn tracker(&self) -> Option<&Arc<LimitTracker>> {
+        self.run.as_ref().map(|run| &run.tracker)
+    }
+
+    /// A sink that forwards a delegated run's events into this run's
+    /// stream, wrapped with this call's id, `agent_id` and the child's depth.
+    pub fn delegate_events(&self, agent_id: AgentId) -> EventSink {
+        match &self.run {
+            Some(run) => run.events.delegated(self.call_id.clone(), agent_id, run.depth + 1),
+            None => EventSink::none(),
+        }
     }
 
     /// Calls another tool through the harness, as a nested call of this
