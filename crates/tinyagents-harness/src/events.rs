@@ -12,7 +12,13 @@ pub type EventReceiver = mpsc::Receiver<AgentEvent>;
 /// A bounded event channel of `capacity` events (at least 1).
 pub fn event_channel(capacity: usize) -> (EventSink, EventReceiver) {
     let (tx, rx) = mpsc::channel(capacity.max(1));
-    (EventSink { tx: Some(tx), scope: None }, rx)
+    (
+        EventSink {
+            tx: Some(tx),
+            scope: None,
+        },
+        rx,
+    )
 }
 
 /// Where a delegated run's events are forwarded from.
@@ -34,12 +40,18 @@ pub struct EventSink {
 impl EventSink {
     /// A sink that discards events.
     pub fn none() -> Self {
-        Self { tx: None, scope: None }
+        Self {
+            tx: None,
+            scope: None,
+        }
     }
 
     /// A sink over an existing sender.
     pub fn from_sender(tx: mpsc::Sender<AgentEvent>) -> Self {
-        Self { tx: Some(tx), scope: None }
+        Self {
+            tx: Some(tx),
+            scope: None,
+        }
     }
 
     /// A sink for a run delegated by the call `parent_call_id`: its events
@@ -47,7 +59,11 @@ impl EventSink {
     pub fn delegated(&self, parent_call_id: CallId, agent_id: AgentId, depth: u32) -> Self {
         Self {
             tx: self.tx.clone(),
-            scope: Some(Arc::new(DelegationScope { parent_call_id, agent_id, depth })),
+            scope: Some(Arc::new(DelegationScope {
+                parent_call_id,
+                agent_id,
+                depth,
+            })),
         }
     }
 

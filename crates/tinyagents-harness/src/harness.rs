@@ -29,6 +29,7 @@ pub struct AgentHarness {
     pub(crate) invalid_args: InvalidArgsPolicy,
     pub(crate) agent_id: Option<AgentId>,
     pub(crate) disabled_runner: Arc<dyn crate::tool::NestedToolRunner>,
+    pub(crate) detailed_errors: bool,
 }
 
 impl std::fmt::Debug for AgentHarness {
@@ -60,6 +61,7 @@ impl AgentHarness {
             injected: Map::new(),
             invalid_args: InvalidArgsPolicy::default(),
             agent_id: None,
+            detailed_errors: true,
         }
     }
 
@@ -112,6 +114,7 @@ pub struct AgentHarnessBuilder {
     injected: Map<String, Value>,
     invalid_args: InvalidArgsPolicy,
     agent_id: Option<AgentId>,
+    detailed_errors: bool,
 }
 
 impl std::fmt::Debug for AgentHarnessBuilder {
@@ -214,6 +217,15 @@ impl AgentHarnessBuilder {
         self
     }
 
+    /// Whether the text of a tool's raised error (or panic) reaches the
+    /// model. On by default; off, the model reads only that the tool
+    /// failed. The harness's own refusals are never withheld.
+    #[must_use]
+    pub fn include_detailed_errors(mut self, include: bool) -> Self {
+        self.detailed_errors = include;
+        self
+    }
+
     /// Names the agent.
     #[must_use]
     pub fn agent_id(mut self, id: AgentId) -> Self {
@@ -259,6 +271,7 @@ impl AgentHarnessBuilder {
             invalid_args: self.invalid_args,
             agent_id: self.agent_id,
             disabled_runner: Arc::new(crate::agent_loop::DisabledRunner),
+            detailed_errors: self.detailed_errors,
         })
     }
 }

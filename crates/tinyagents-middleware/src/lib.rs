@@ -68,4 +68,4 @@ pub use redaction::RedactionMiddleware;
 pub use repeat::RepeatProgressMiddleware;
 pub use retry::RetryWrap;
 pub use timeout::TimeoutWrap;
-pub use wrap::{Next, ToolCallContext, ToolMiddleware};
+pub use wrap::{Next, ToolCallContext, ToolMiddleware, withheld};

@@ -19,6 +19,10 @@ pub struct ToolCallContext<'a> {
     pub tool_context: &'a ToolRunContext,
     /// The options the tool receives.
     pub opts: ToolCallOptions,
+    /// Whether the text of a tool's raised error may reach the model. When
+    /// `false`, the model reads only that the tool failed; a refusal the
+    /// tool forwarded from the harness is not such detail and stays verbatim.
+    pub detailed_errors: bool,
 }
 
 impl ToolCallContext<'_> {
@@ -97,6 +101,11 @@ impl<'a> Next<'a> {
 
 /// Calls the tool itself. A raised error becomes `ToolFailed`; a
 /// `TinyAgentsError` the tool forwarded with `?` keeps its message verbatim.
+/// What the model reads of a raised error whose detail is withheld.
+pub fn withheld(tool: &str) -> String {
+    format!("tool '{tool}' failed (details withheld)")
+}
+
 async fn invoke(
     tool: &dyn Tool,
     ctx: &ToolCallContext<'_>,
@@ -107,7 +116,8 @@ async fn invoke(
         .map_err(|error| {
             let message = match error.downcast_ref::<TinyAgentsError>() {
                 Some(inner) => inner.to_string(),
-                None => format!("{error:#}"),
+                None if ctx.detailed_errors => format!("{error:#}"),
+                None => withheld(&call.name),
             };
             TinyAgentsError::ToolFailed {
                 tool: call.name,

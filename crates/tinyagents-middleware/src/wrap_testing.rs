@@ -129,6 +129,7 @@ pub(crate) async fn run_onion_in(
         parent_call_id: None,
         tool_context: &tool_context,
         opts: ToolCallOptions::default(),
+        detailed_errors: true,
     };
     Next::new(&layers, tool).run(&ctx, call).await
 }

@@ -230,7 +230,11 @@ impl AgentHarness {
             |s| Arc::clone(&s.runner),
         );
         let shared = ctx.extensions.get_arc::<RunShared>();
-        let extension = Arc::new(ToolExecutionContext::new(Some(runner), call_id.clone(), shared));
+        let extension = Arc::new(ToolExecutionContext::new(
+            Some(runner),
+            call_id.clone(),
+            shared,
+        ));
         let tool_context = self
             .tool_context(ctx, &call.id, events)
             .with_host_extension(extension);
@@ -240,6 +244,7 @@ impl AgentHarness {
             parent_call_id,
             tool_context: &tool_context,
             opts: ToolCallOptions::with_timeout(timeout),
+            detailed_errors: self.detailed_errors,
         };
         let span = tracing::info_span!(
             "execute_tool",

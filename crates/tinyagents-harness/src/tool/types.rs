@@ -54,7 +54,11 @@ impl ToolExecutionContext {
         call_id: CallId,
         run: Option<Arc<RunShared>>,
     ) -> Self {
-        Self { runner, call_id, run }
+        Self {
+            runner,
+            call_id,
+            run,
+        }
     }
 
     /// The context for the call `context` describes: the harness's own when
@@ -113,7 +117,9 @@ impl ToolExecutionContext {
     /// stream, wrapped with this call's id, `agent_id` and the child's depth.
     pub fn delegate_events(&self, agent_id: AgentId) -> EventSink {
         match &self.run {
-            Some(run) => run.events.delegated(self.call_id.clone(), agent_id, run.depth + 1),
+            Some(run) => run
+                .events
+                .delegated(self.call_id.clone(), agent_id, run.depth + 1),
             None => EventSink::none(),
         }
     }
