@@ -22,43 +22,83 @@ fn adds(n: usize) -> ChatResponse {
 
 #[tokio::test]
 async fn a_turn_with_two_tools_runs_and_pairs_every_call() {
-    let model = script(vec![adds(2), ScriptedModel::tool_call("add", json!({"a": 5, "b": 5})), ChatResponse::text("done")]);
-    let harness = AgentHarness::builder(model).tool(add_tool()).unwrap().build().unwrap();
+    let model = script(vec![
+        adds(2),
+        ScriptedModel::tool_call("add", json!({"a": 5, "b": 5})),
+        ChatResponse::text("done"),
+    ]);
+    let harness = AgentHarness::builder(model)
+        .tool(add_tool())
+        .unwrap()
+        .build()
+        .unwrap();
     let (run, events) = run_collecting(&harness, RunRequest::new("go")).await;
     let run = run.unwrap();
     assert_eq!(run.status, RunStatus::Completed);
     assert_eq!(run.final_text, "done");
     assert_eq!(
         tool_results(&run.messages),
-        vec![("add".into(), "1".into(), false), ("add".into(), "2".into(), false), ("add".into(), "10".into(), false)]
+        vec![
+            ("add".into(), "1".into(), false),
+            ("add".into(), "2".into(), false),
+            ("add".into(), "10".into(), false)
+        ]
     );
     assert_transcript_paired(&run.messages);
     assert_one_terminal_per_start(&events);
-    assert!(matches!(events.first(), Some(AgentEvent::RunStarted { .. })));
-    assert!(matches!(events.last(), Some(AgentEvent::RunCompleted { status: RunStatus::Completed, .. })));
+    assert!(matches!(
+        events.first(),
+        Some(AgentEvent::RunStarted { .. })
+    ));
+    assert!(matches!(
+        events.last(),
+        Some(AgentEvent::RunCompleted {
+            status: RunStatus::Completed,
+            ..
+        })
+    ));
 }
 
 #[tokio::test]
 async fn harness_ids_are_unique_even_when_the_provider_repeats_its_ids() {
     let same = |args| ModelToolCall::new(Some("call_0".into()), "add", args);
     let model = script(vec![
-        ChatResponse::tool_calls(vec![same(json!({"a": 1, "b": 1})), same(json!({"a": 2, "b": 2}))]),
-        ChatResponse::tool_calls(vec![ModelToolCall::new(None, "add", json!({"a": 3, "b": 3}))]),
+        ChatResponse::tool_calls(vec![
+            same(json!({"a": 1, "b": 1})),
+            same(json!({"a": 2, "b": 2})),
+        ]),
+        ChatResponse::tool_calls(vec![ModelToolCall::new(
+            None,
+            "add",
+            json!({"a": 3, "b": 3}),
+        )]),
         ChatResponse::text("ok"),
     ]);
-    let harness = AgentHarness::builder(model).tool(add_tool()).unwrap().build().unwrap();
+    let harness = AgentHarness::builder(model)
+        .tool(add_tool())
+        .unwrap()
+        .build()
+        .unwrap();
     let run = harness.run("go").await.unwrap();
     let ids: Vec<(String, Option<String>)> = run
         .messages
         .iter()
         .filter_map(|m| match m {
-            Message::Tool { call_id, provider_id, .. } => Some((call_id.to_string(), provider_id.clone())),
+            Message::Tool {
+                call_id,
+                provider_id,
+                ..
+            } => Some((call_id.to_string(), provider_id.clone())),
             _ => None,
         })
         .collect();
     assert_eq!(
         ids,
-        vec![("p1".into(), Some("call_0".into())), ("p2".into(), Some("call_0".into())), ("p3".into(), None)]
+        vec![
+            ("p1".into(), Some("call_0".into())),
+            ("p2".into(), Some("call_0".into())),
+            ("p3".into(), None)
+        ]
     );
 }
 
@@ -90,11 +130,25 @@ async fn one_call_over_the_cap_is_refused_and_errors_by_default() {
     let (run, events) = run_collecting(&harness, RunRequest::new("go")).await;
     assert_eq!(
         run.unwrap_err(),
-        TinyAgentsError::LimitExceeded { kind: LimitKind::ToolCalls, limit: 3, used: 3 }
+        TinyAgentsError::LimitExceeded {
+            kind: LimitKind::ToolCalls,
+            limit: 3,
+            used: 3
+        }
     );
-    assert!(events.iter().any(|e| matches!(e, AgentEvent::LimitReached { kind: LimitKind::ToolCalls, limit: 3, used: 3 })));
+    assert!(events.iter().any(|e| matches!(
+        e,
+        AgentEvent::LimitReached {
+            kind: LimitKind::ToolCalls,
+            limit: 3,
+            used: 3
+        }
+    )));
     // The first three ran; the fourth was refused without running.
-    let completed = events.iter().filter(|e| matches!(e, AgentEvent::ToolCompleted { .. })).count();
+    let completed = events
+        .iter()
+        .filter(|e| matches!(e, AgentEvent::ToolCompleted { .. }))
+        .count();
     assert_eq!(completed, 3);
     assert_one_terminal_per_start(&events);
 }
@@ -103,7 +157,11 @@ async fn one_call_over_the_cap_is_refused_and_errors_by_default() {
 async fn one_call_over_the_cap_stops_with_a_partial_result_under_stop() {
     let model = script(vec![adds(4), ChatResponse::text("unreachable")]);
     let harness = AgentHarness::builder(model)
-        .limits(RunLimits::default().with_max_tool_calls(3).with_behavior(LimitBehavior::Stop))
+        .limits(
+            RunLimits::default()
+                .with_max_tool_calls(3)
+                .with_behavior(LimitBehavior::Stop),
+        )
         .tool(add_tool())
         .unwrap()
         .build()
@@ -115,7 +173,11 @@ async fn one_call_over_the_cap_stops_with_a_partial_result_under_stop() {
     assert_eq!(results.len(), 4);
     assert!(results[..3].iter().all(|(_, _, is_error)| !is_error));
     assert!(results[3].2);
-    assert!(results[3].1.contains("max_tool_calls limit of 3"), "{}", results[3].1);
+    assert!(
+        results[3].1.contains("max_tool_calls limit of 3"),
+        "{}",
+        results[3].1
+    );
 }
 
 // ---- max_model_calls ----
@@ -129,7 +191,10 @@ async fn model_calls_at_the_cap_complete_and_one_over_is_refused() {
         .unwrap()
         .build()
         .unwrap();
-    assert_eq!(harness.run("go").await.unwrap().status, RunStatus::Completed);
+    assert_eq!(
+        harness.run("go").await.unwrap().status,
+        RunStatus::Completed
+    );
 
     let over = script(vec![adds(1), adds(1), ChatResponse::text("unreachable")]);
     let harness = AgentHarness::builder(over.clone())
@@ -140,7 +205,11 @@ async fn model_calls_at_the_cap_complete_and_one_over_is_refused() {
         .unwrap();
     assert_eq!(
         harness.run("go").await.unwrap_err(),
-        TinyAgentsError::LimitExceeded { kind: LimitKind::ModelCalls, limit: 2, used: 2 }
+        TinyAgentsError::LimitExceeded {
+            kind: LimitKind::ModelCalls,
+            limit: 2,
+            used: 2
+        }
     );
     assert_eq!(over.calls(), 2, "the third model call was never made");
 }
@@ -149,7 +218,11 @@ async fn model_calls_at_the_cap_complete_and_one_over_is_refused() {
 async fn model_call_cap_under_stop_returns_the_valid_transcript() {
     let over = script(vec![adds(1), adds(1), ChatResponse::text("unreachable")]);
     let harness = AgentHarness::builder(over)
-        .limits(RunLimits::default().with_max_model_calls(2).with_behavior(LimitBehavior::Stop))
+        .limits(
+            RunLimits::default()
+                .with_max_model_calls(2)
+                .with_behavior(LimitBehavior::Stop),
+        )
         .tool(add_tool())
         .unwrap()
         .build()
@@ -162,12 +235,18 @@ async fn model_call_cap_under_stop_returns_the_valid_transcript() {
 // ---- max_tokens ----
 
 fn with_usage(response: ChatResponse, tokens: u64) -> ChatResponse {
-    response.with_usage(Usage { input_tokens: tokens, output_tokens: 0 })
+    response.with_usage(Usage {
+        input_tokens: tokens,
+        output_tokens: 0,
+    })
 }
 
 #[tokio::test]
 async fn tokens_at_the_cap_complete_and_one_over_is_reported() {
-    let at = script(vec![with_usage(adds(1), 60), with_usage(ChatResponse::text("done"), 40)]);
+    let at = script(vec![
+        with_usage(adds(1), 60),
+        with_usage(ChatResponse::text("done"), 40),
+    ]);
     let harness = AgentHarness::builder(at)
         .limits(RunLimits::default().with_max_tokens(100))
         .tool(add_tool())
@@ -178,9 +257,17 @@ async fn tokens_at_the_cap_complete_and_one_over_is_reported() {
     assert_eq!(run.status, RunStatus::Completed);
     assert_eq!(run.usage.total(), 100);
 
-    let over = script(vec![with_usage(adds(1), 60), with_usage(adds(1), 41), ChatResponse::text("unreachable")]);
+    let over = script(vec![
+        with_usage(adds(1), 60),
+        with_usage(adds(1), 41),
+        ChatResponse::text("unreachable"),
+    ]);
     let harness = AgentHarness::builder(over)
-        .limits(RunLimits::default().with_max_tokens(100).with_behavior(LimitBehavior::Stop))
+        .limits(
+            RunLimits::default()
+                .with_max_tokens(100)
+                .with_behavior(LimitBehavior::Stop),
+        )
         .tool(add_tool())
         .unwrap()
         .build()
@@ -203,7 +290,10 @@ async fn parallel_calls_at_the_cap_run_and_one_over_is_refused() {
         .unwrap()
         .build()
         .unwrap();
-    assert_eq!(harness.run("go").await.unwrap().status, RunStatus::Completed);
+    assert_eq!(
+        harness.run("go").await.unwrap().status,
+        RunStatus::Completed
+    );
 
     let over = script(vec![adds(3), ChatResponse::text("unreachable")]);
     let harness = AgentHarness::builder(over)
@@ -214,7 +304,11 @@ async fn parallel_calls_at_the_cap_run_and_one_over_is_refused() {
         .unwrap();
     assert_eq!(
         harness.run("go").await.unwrap_err(),
-        TinyAgentsError::LimitExceeded { kind: LimitKind::ParallelCalls, limit: 2, used: 3 }
+        TinyAgentsError::LimitExceeded {
+            kind: LimitKind::ParallelCalls,
+            limit: 2,
+            used: 3
+        }
     );
 }
 
@@ -223,15 +317,26 @@ async fn parallel_calls_at_the_cap_run_and_one_over_is_refused() {
 #[tokio::test]
 async fn results_at_the_byte_cap_are_kept_and_one_over_is_cut_with_a_marker() {
     for (size, cut) in [(16usize, false), (17, true)] {
-        let probe = ProbeTool::new("big", true, Behaviour::Return(ToolResult::text("x".repeat(size))));
-        let model = script(vec![turn(&[probe_call("big", "a")]), ChatResponse::text("done")]);
-        let mut builder = AgentHarness::builder(model).limits(RunLimits::default().with_max_tool_result_bytes(16));
+        let probe = ProbeTool::new(
+            "big",
+            true,
+            Behaviour::Return(ToolResult::text("x".repeat(size))),
+        );
+        let model = script(vec![
+            turn(&[probe_call("big", "a")]),
+            ChatResponse::text("done"),
+        ]);
+        let mut builder = AgentHarness::builder(model)
+            .limits(RunLimits::default().with_max_tool_result_bytes(16));
         builder.register(probe).unwrap();
         let run = builder.build().unwrap().run("go").await.unwrap();
         let (_, content, _) = &tool_results(&run.messages)[0];
         if cut {
             assert!(content.starts_with(&"x".repeat(16)));
-            assert!(content.ends_with("[truncated: kept 16 of 17 bytes]"), "{content}");
+            assert!(
+                content.ends_with("[truncated: kept 16 of 17 bytes]"),
+                "{content}"
+            );
         } else {
             assert_eq!(content, &"x".repeat(16));
         }
@@ -247,23 +352,33 @@ async fn concurrency_safe_calls_of_a_turn_overlap() {
     let probe = ProbeTool::new("meet", true, Behaviour::Barrier(barrier));
     let calls: Vec<_> = (0..4).map(|i| probe_call("meet", &i.to_string())).collect();
     let model = script(vec![turn(&calls), ChatResponse::text("done")]);
-    let mut builder = AgentHarness::builder(model).limits(RunLimits::default().with_tool_timeout(Some(Duration::from_secs(5))));
+    let mut builder = AgentHarness::builder(model)
+        .limits(RunLimits::default().with_tool_timeout(Some(Duration::from_secs(5))));
     builder.register(probe.clone()).unwrap();
     let run = builder.build().unwrap().run("go").await.unwrap();
-    assert!(tool_results(&run.messages).iter().all(|(_, c, e)| c.starts_with("met") && !e));
+    assert!(
+        tool_results(&run.messages)
+            .iter()
+            .all(|(_, c, e)| c.starts_with("met") && !e)
+    );
     assert_eq!(probe.max_active.load(Ordering::SeqCst), 4);
 }
 
 #[tokio::test(start_paused = true)]
 async fn unsafe_calls_run_alone_and_in_call_order() {
     let probe = ProbeTool::new("write", false, Behaviour::Yield(3));
-    let calls: Vec<_> = (0..3).map(|i| probe_call("write", &i.to_string())).collect();
+    let calls: Vec<_> = (0..3)
+        .map(|i| probe_call("write", &i.to_string()))
+        .collect();
     let model = script(vec![turn(&calls), ChatResponse::text("done")]);
     let mut builder = AgentHarness::builder(model);
     builder.register(probe.clone()).unwrap();
     builder.build().unwrap().run("go").await.unwrap();
     assert_eq!(probe.max_active.load(Ordering::SeqCst), 1);
-    assert_eq!(probe.order.entries(), ["start 0", "end 0", "start 1", "end 1", "start 2", "end 2"]);
+    assert_eq!(
+        probe.order.entries(),
+        ["start 0", "end 0", "start 1", "end 1", "start 2", "end 2"]
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -271,20 +386,32 @@ async fn an_unsafe_call_between_safe_ones_splits_the_batch() {
     let log = ProbeTool::new("read", true, Behaviour::Yield(2));
     let write = ProbeTool::new("write", false, Behaviour::Yield(2));
     let model = script(vec![
-        turn(&[probe_call("read", "a"), probe_call("read", "b"), probe_call("write", "w"), probe_call("read", "c")]),
+        turn(&[
+            probe_call("read", "a"),
+            probe_call("read", "b"),
+            probe_call("write", "w"),
+            probe_call("read", "c"),
+        ]),
         ChatResponse::text("done"),
     ]);
     let mut builder = AgentHarness::builder(model);
     builder.register(log.clone()).unwrap();
     builder.register(write.clone()).unwrap();
     let run = builder.build().unwrap().run("go").await.unwrap();
-    assert_eq!(log.max_active.load(Ordering::SeqCst), 2, "a and b overlapped");
+    assert_eq!(
+        log.max_active.load(Ordering::SeqCst),
+        2,
+        "a and b overlapped"
+    );
     let reads = log.order.entries();
     // c started only after a and b ended (the write ran in between).
     let c = reads.iter().position(|e| e == "start c").unwrap();
     assert!(reads[..c].contains(&"end a".to_owned()) && reads[..c].contains(&"end b".to_owned()));
     // Results fold in call order whatever the completion order.
-    let order: Vec<String> = tool_results(&run.messages).into_iter().map(|(_, c, _)| c).collect();
+    let order: Vec<String> = tool_results(&run.messages)
+        .into_iter()
+        .map(|(_, c, _)| c)
+        .collect();
     assert_eq!(order, ["ok a", "ok b", "ok w", "ok c"]);
 }
 
@@ -294,7 +421,10 @@ async fn an_unsafe_call_between_safe_ones_splits_the_batch() {
 async fn a_tool_past_its_timeout_gets_a_timeout_result_and_the_run_goes_on() {
     let slow = ProbeTool::new("slow", false, Behaviour::Sleep(Duration::from_secs(10)))
         .with_spec(|s| s.timeout(Duration::from_secs(1)));
-    let model = script(vec![turn(&[probe_call("slow", "a")]), ChatResponse::text("done")]);
+    let model = script(vec![
+        turn(&[probe_call("slow", "a")]),
+        ChatResponse::text("done"),
+    ]);
     let mut builder = AgentHarness::builder(model);
     builder.register(slow).unwrap();
     let (run, events) = run_collecting(&builder.build().unwrap(), RunRequest::new("go")).await;
@@ -309,14 +439,23 @@ async fn a_tool_past_its_timeout_gets_a_timeout_result_and_the_run_goes_on() {
 #[tokio::test(start_paused = true)]
 async fn the_wall_clock_budget_bounds_a_tool_and_ends_the_run() {
     let slow = ProbeTool::new("slow", false, Behaviour::Sleep(Duration::from_secs(60)));
-    let model = script(vec![turn(&[probe_call("slow", "a")]), ChatResponse::text("unreachable")]);
-    let mut builder = AgentHarness::builder(model)
-        .limits(RunLimits::default().with_wall_clock(Some(Duration::from_secs(5))).with_behavior(LimitBehavior::Stop));
+    let model = script(vec![
+        turn(&[probe_call("slow", "a")]),
+        ChatResponse::text("unreachable"),
+    ]);
+    let mut builder = AgentHarness::builder(model).limits(
+        RunLimits::default()
+            .with_wall_clock(Some(Duration::from_secs(5)))
+            .with_behavior(LimitBehavior::Stop),
+    );
     builder.register(slow).unwrap();
     let run = builder.build().unwrap().run("go").await.unwrap();
     assert_eq!(run.status, RunStatus::LimitReached(LimitKind::WallClock));
     let (_, content, is_error) = &tool_results(&run.messages)[0];
-    assert!(*is_error && content.contains("timed out after 5000 ms"), "{content}");
+    assert!(
+        *is_error && content.contains("timed out after 5000 ms"),
+        "{content}"
+    );
 }
 
 // ---- cancellation ----
@@ -348,8 +487,16 @@ async fn cancelling_in_the_middle_of_a_tool_answers_it_and_ends_the_run() {
     assert_eq!(run.status, RunStatus::Cancelled);
     assert_transcript_paired(&run.messages);
     let results = tool_results(&run.messages);
-    assert!(results[0].2 && results[0].1.contains("was cancelled"), "{:?}", results[0]);
-    assert!(results[1].2 && results[1].1.contains("was not run"), "{:?}", results[1]);
+    assert!(
+        results[0].2 && results[0].1.contains("was cancelled"),
+        "{:?}",
+        results[0]
+    );
+    assert!(
+        results[1].2 && results[1].1.contains("was not run"),
+        "{:?}",
+        results[1]
+    );
     assert_one_terminal_per_start(&events);
 }
 
@@ -366,17 +513,43 @@ async fn unknown_tools_and_bad_arguments_get_model_readable_errors() {
         ]),
         ChatResponse::text("done"),
     ]);
-    let harness = AgentHarness::builder(model).tool(add_tool()).unwrap().build().unwrap();
+    let harness = AgentHarness::builder(model)
+        .tool(add_tool())
+        .unwrap()
+        .build()
+        .unwrap();
     let (run, events) = run_collecting(&harness, RunRequest::new("go")).await;
     let run = run.unwrap();
-    assert_eq!(run.status, RunStatus::Completed, "bad input does not end the run");
+    assert_eq!(
+        run.status,
+        RunStatus::Completed,
+        "bad input does not end the run"
+    );
     let results = tool_results(&run.messages);
     assert!(results.iter().all(|(_, _, is_error)| *is_error));
     assert_eq!(results[0].1, "tool not found: ghost. Available tools: add");
-    assert!(results[1].1.starts_with("arguments for tool 'add' are not valid JSON"), "{}", results[1].1);
-    assert!(results[1].1.ends_with("received: {\"a\": 1, \"b\":"), "the raw text is quoted: {}", results[1].1);
-    assert!(results[2].1.contains("at '/a'") && results[2].1.contains("integer"), "{}", results[2].1);
-    assert!(results[3].1.contains("\"b\" is a required property"), "{}", results[3].1);
+    assert!(
+        results[1]
+            .1
+            .starts_with("arguments for tool 'add' are not valid JSON"),
+        "{}",
+        results[1].1
+    );
+    assert!(
+        results[1].1.ends_with("received: {\"a\": 1, \"b\":"),
+        "the raw text is quoted: {}",
+        results[1].1
+    );
+    assert!(
+        results[2].1.contains("at '/a'") && results[2].1.contains("integer"),
+        "{}",
+        results[2].1
+    );
+    assert!(
+        results[3].1.contains("\"b\" is a required property"),
+        "{}",
+        results[3].1
+    );
     assert_eq!(run.budget.tool_calls, 4, "broken calls spend their slot");
     assert_one_terminal_per_start(&events);
 }
@@ -403,12 +576,18 @@ async fn normalisation_repairs_what_small_models_break() {
     assert_eq!(results[0].1, "3");
     assert_eq!(results[1].1, "4");
     assert_eq!(results[2].1, "6");
-    assert!(results[3].2, "what normalisation cannot fix still goes back to the model");
+    assert!(
+        results[3].2,
+        "what normalisation cannot fix still goes back to the model"
+    );
 }
 
 #[tokio::test]
 async fn the_fail_policy_ends_the_run_on_invalid_arguments() {
-    let model = script(vec![ScriptedModel::tool_call("add", json!({"a": 1})), ChatResponse::text("unreachable")]);
+    let model = script(vec![
+        ScriptedModel::tool_call("add", json!({"a": 1})),
+        ChatResponse::text("unreachable"),
+    ]);
     let harness = AgentHarness::builder(model)
         .invalid_args(InvalidArgsPolicy::Fail)
         .tool(add_tool())
@@ -427,9 +606,17 @@ async fn the_fail_policy_ends_the_run_on_invalid_arguments() {
 async fn a_panic_or_a_raised_error_becomes_that_calls_error_result() {
     let panics = ProbeTool::new("panics", false, Behaviour::Panic);
     let raises = ProbeTool::new("raises", false, Behaviour::Raise("disk full".into()));
-    let reports = ProbeTool::new("reports", false, Behaviour::Return(ToolResult::error("no such file")));
+    let reports = ProbeTool::new(
+        "reports",
+        false,
+        Behaviour::Return(ToolResult::error("no such file")),
+    );
     let model = script(vec![
-        turn(&[probe_call("panics", ""), probe_call("raises", ""), probe_call("reports", "")]),
+        turn(&[
+            probe_call("panics", ""),
+            probe_call("raises", ""),
+            probe_call("reports", ""),
+        ]),
         ChatResponse::text("done"),
     ]);
     let mut builder = AgentHarness::builder(model);
@@ -440,12 +627,18 @@ async fn a_panic_or_a_raised_error_becomes_that_calls_error_result() {
     let run = run.unwrap();
     assert_eq!(run.status, RunStatus::Completed);
     let results = tool_results(&run.messages);
-    assert_eq!(results[0].1, "tool 'panics' panicked: probe panicked on purpose");
+    assert_eq!(
+        results[0].1,
+        "tool 'panics' panicked: probe panicked on purpose"
+    );
     assert_eq!(results[1].1, "disk full");
     assert_eq!(results[2].1, "no such file");
     assert!(results.iter().all(|r| r.2));
     // A raised error and a panic are failures; a reported error is a result.
-    let failed = events.iter().filter(|e| matches!(e, AgentEvent::ToolFailed { .. })).count();
+    let failed = events
+        .iter()
+        .filter(|e| matches!(e, AgentEvent::ToolFailed { .. }))
+        .count();
     let reported = events
         .iter()
         .filter(|e| matches!(e, AgentEvent::ToolCompleted { is_error: true, .. }))
@@ -457,22 +650,34 @@ async fn a_panic_or_a_raised_error_becomes_that_calls_error_result() {
 async fn a_tool_whose_policy_says_so_ends_the_run_with_its_error() {
     let raises = ProbeTool::new("raises", false, Behaviour::Raise("ledger offline".into()))
         .with_spec(|s| s.error_policy(tinyagents::ToolErrorPolicy::EndRun));
-    let model = script(vec![turn(&[probe_call("raises", "")]), ChatResponse::text("unreachable")]);
+    let model = script(vec![
+        turn(&[probe_call("raises", "")]),
+        ChatResponse::text("unreachable"),
+    ]);
     let mut builder = AgentHarness::builder(model);
     builder.register(raises).unwrap();
     assert_eq!(
         builder.build().unwrap().run("go").await.unwrap_err(),
-        TinyAgentsError::ToolFailed { tool: "raises".into(), message: "ledger offline".into() }
+        TinyAgentsError::ToolFailed {
+            tool: "raises".into(),
+            message: "ledger offline".into()
+        }
     );
 }
 
 #[tokio::test]
 async fn a_model_error_ends_the_run_with_that_error() {
-    let model = Arc::new(ScriptedModel::with_results([Err(ModelError::Server { status: 503, message: "busy".into() })]));
+    let model = Arc::new(ScriptedModel::with_results([Err(ModelError::Server {
+        status: 503,
+        message: "busy".into(),
+    })]));
     let harness = AgentHarness::builder(model).build().unwrap();
     assert_eq!(
         harness.run("go").await.unwrap_err(),
-        TinyAgentsError::Model(ModelError::Server { status: 503, message: "busy".into() })
+        TinyAgentsError::Model(ModelError::Server {
+            status: 503,
+            message: "busy".into()
+        })
     );
 }
 
@@ -480,8 +685,15 @@ async fn a_model_error_ends_the_run_with_that_error() {
 
 #[tokio::test]
 async fn return_direct_ends_the_run_with_the_tools_content() {
-    let direct = ProbeTool::new("direct", false, Behaviour::Return(ToolResult::text("the answer").with_control(ToolControl::ReturnDirect)));
-    let model = Arc::new(ScriptedModel::new([turn(&[probe_call("direct", "")]), ChatResponse::text("unreachable")]));
+    let direct = ProbeTool::new(
+        "direct",
+        false,
+        Behaviour::Return(ToolResult::text("the answer").with_control(ToolControl::ReturnDirect)),
+    );
+    let model = Arc::new(ScriptedModel::new([
+        turn(&[probe_call("direct", "")]),
+        ChatResponse::text("unreachable"),
+    ]));
     let mut builder = AgentHarness::builder(model.clone());
     builder.register(direct).unwrap();
     let run = builder.build().unwrap().run("go").await.unwrap();
@@ -492,10 +704,17 @@ async fn return_direct_ends_the_run_with_the_tools_content() {
 
 #[tokio::test]
 async fn terminate_ends_the_run_after_the_turn() {
-    let stop = ProbeTool::new("stop", false, Behaviour::Return(ToolResult::text("stopping").with_control(ToolControl::Terminate)));
+    let stop = ProbeTool::new(
+        "stop",
+        false,
+        Behaviour::Return(ToolResult::text("stopping").with_control(ToolControl::Terminate)),
+    );
     let mut response = turn(&[probe_call("stop", "")]);
     response.content = "I will stop now.".into();
-    let model = Arc::new(ScriptedModel::new([response, ChatResponse::text("unreachable")]));
+    let model = Arc::new(ScriptedModel::new([
+        response,
+        ChatResponse::text("unreachable"),
+    ]));
     let mut builder = AgentHarness::builder(model.clone());
     builder.register(stop).unwrap();
     let run = builder.build().unwrap().run("go").await.unwrap();
@@ -510,7 +729,11 @@ async fn terminate_ends_the_run_after_the_turn() {
 #[tokio::test]
 async fn a_slow_consumer_gets_every_event_in_order_through_a_buffer_of_one() {
     let model = script(vec![adds(3), ChatResponse::text("done")]);
-    let harness = AgentHarness::builder(model).tool(add_tool()).unwrap().build().unwrap();
+    let harness = AgentHarness::builder(model)
+        .tool(add_tool())
+        .unwrap()
+        .build()
+        .unwrap();
     let (sink, mut receiver) = event_channel(1);
     let consumer = tokio::spawn(async move {
         let mut seen = Vec::new();
@@ -520,7 +743,10 @@ async fn a_slow_consumer_gets_every_event_in_order_through_a_buffer_of_one() {
         }
         seen
     });
-    harness.run_with(RunRequest::new("go"), &sink).await.unwrap();
+    harness
+        .run_with(RunRequest::new("go"), &sink)
+        .await
+        .unwrap();
     drop(sink);
     let seen = consumer.await.unwrap();
     // run_started, 2 model events per turn (2 turns), 3 starts, 3 completions, run_completed
@@ -531,31 +757,55 @@ async fn a_slow_consumer_gets_every_event_in_order_through_a_buffer_of_one() {
 #[tokio::test]
 async fn progress_reports_of_a_model_issued_call_become_events() {
     let probe = ProbeTool::new("long", false, Behaviour::Progress);
-    let model = script(vec![turn(&[probe_call("long", "")]), ChatResponse::text("done")]);
+    let model = script(vec![
+        turn(&[probe_call("long", "")]),
+        ChatResponse::text("done"),
+    ]);
     let mut builder = AgentHarness::builder(model);
     builder.register(probe).unwrap();
     let (_, events) = run_collecting(&builder.build().unwrap(), RunRequest::new("go")).await;
     let progress: Vec<_> = events
         .iter()
         .filter_map(|e| match e {
-            AgentEvent::ToolProgress { call_id, fraction, message } => Some((call_id.to_string(), *fraction, message.clone())),
+            AgentEvent::ToolProgress {
+                call_id,
+                fraction,
+                message,
+            } => Some((call_id.to_string(), *fraction, message.clone())),
             _ => None,
         })
         .collect();
-    assert_eq!(progress, [("p1".into(), Some(0.5), "halfway".into()), ("p1".into(), Some(1.0), "done".into())]);
+    assert_eq!(
+        progress,
+        [
+            ("p1".into(), Some(0.5), "halfway".into()),
+            ("p1".into(), Some(1.0), "done".into())
+        ]
+    );
 }
 
 #[tokio::test]
 async fn payloads_ride_on_events_only_under_capture() {
     for capture in [PayloadCapture::default(), PayloadCapture::all()] {
         let model = script(vec![adds(1), ChatResponse::text("done")]);
-        let harness = AgentHarness::builder(model).payload_capture(capture).tool(add_tool()).unwrap().build().unwrap();
+        let harness = AgentHarness::builder(model)
+            .payload_capture(capture)
+            .tool(add_tool())
+            .unwrap()
+            .build()
+            .unwrap();
         let (_, events) = run_collecting(&harness, RunRequest::new("go")).await;
         for event in &events {
             match event {
-                AgentEvent::ToolStarted { arguments, .. } => assert_eq!(arguments.is_some(), capture.tool_io),
-                AgentEvent::ToolCompleted { result, .. } => assert_eq!(result.is_some(), capture.tool_io),
-                AgentEvent::ModelCompleted { content, .. } => assert_eq!(content.is_some(), capture.model_io),
+                AgentEvent::ToolStarted { arguments, .. } => {
+                    assert_eq!(arguments.is_some(), capture.tool_io)
+                }
+                AgentEvent::ToolCompleted { result, .. } => {
+                    assert_eq!(result.is_some(), capture.tool_io)
+                }
+                AgentEvent::ModelCompleted { content, .. } => {
+                    assert_eq!(content.is_some(), capture.model_io)
+                }
                 _ => {}
             }
         }
@@ -566,20 +816,31 @@ async fn payloads_ride_on_events_only_under_capture() {
 
 #[tokio::test]
 async fn injected_arguments_are_hidden_from_the_model_and_overwrite_its_value() {
-    let whoami = FnTool::new("whoami", "Says who the user is.", |args: serde_json::Map<String, serde_json::Value>| async move {
-        anyhow::Ok(args["user_id"].as_str().unwrap_or("?").to_owned())
-    })
+    let whoami = FnTool::new(
+        "whoami",
+        "Says who the user is.",
+        |args: serde_json::Map<String, serde_json::Value>| async move {
+            anyhow::Ok(args["user_id"].as_str().unwrap_or("?").to_owned())
+        },
+    )
     .map_spec(|s| {
-        ToolSpec::new(s.name, s.description, json!({
-            "type": "object",
-            "properties": {"user_id": {"type": "string"}},
-            "required": ["user_id"]
-        }))
+        ToolSpec::new(
+            s.name,
+            s.description,
+            json!({
+                "type": "object",
+                "properties": {"user_id": {"type": "string"}},
+                "required": ["user_id"]
+            }),
+        )
         .injected("user_id")
     });
     let model = Arc::new(
-        ScriptedModel::new([ScriptedModel::tool_call("whoami", json!({"user_id": "mallory"})), ChatResponse::text("done")])
-            .recording(),
+        ScriptedModel::new([
+            ScriptedModel::tool_call("whoami", json!({"user_id": "mallory"})),
+            ChatResponse::text("done"),
+        ])
+        .recording(),
     );
     let harness = AgentHarness::builder(model.clone())
         .inject("user_id", json!("alice"))
@@ -591,19 +852,37 @@ async fn injected_arguments_are_hidden_from_the_model_and_overwrite_its_value() 
     assert_eq!(tool_results(&run.messages)[0].1, "alice");
     let offered = &model.requests()[0].tools[0].parameters;
     assert!(offered["properties"].get("user_id").is_none(), "{offered}");
-    assert!(offered.get("required").is_none_or(|r| r.as_array().unwrap().is_empty()));
+    assert!(
+        offered
+            .get("required")
+            .is_none_or(|r| r.as_array().unwrap().is_empty())
+    );
 }
 
 #[tokio::test]
 async fn the_allow_list_hides_tools_from_the_model_and_refuses_them() {
     let model = Arc::new(
-        ScriptedModel::new([ScriptedModel::tool_call("add", json!({"a": 1, "b": 1})), ChatResponse::text("done")]).recording(),
+        ScriptedModel::new([
+            ScriptedModel::tool_call("add", json!({"a": 1, "b": 1})),
+            ChatResponse::text("done"),
+        ])
+        .recording(),
     );
     let other = ProbeTool::new("other", false, Behaviour::Yield(0));
-    let mut builder = AgentHarness::builder(model.clone()).tool(add_tool()).unwrap().allow_tools(["other"]);
+    let mut builder = AgentHarness::builder(model.clone())
+        .tool(add_tool())
+        .unwrap()
+        .allow_tools(["other"]);
     builder.register(other).unwrap();
     let run = builder.build().unwrap().run("go").await.unwrap();
-    assert_eq!(tool_results(&run.messages)[0].1, "tool not found: add. Available tools: other");
-    let offered: Vec<String> = model.requests()[0].tools.iter().map(|t| t.name.clone()).collect();
+    assert_eq!(
+        tool_results(&run.messages)[0].1,
+        "tool not found: add. Available tools: other"
+    );
+    let offered: Vec<String> = model.requests()[0]
+        .tools
+        .iter()
+        .map(|t| t.name.clone())
+        .collect();
     assert_eq!(offered, ["other"]);
 }

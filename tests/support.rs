@@ -7,8 +7,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use tinyagents::prelude::*;
 use tinyagents::CallId;
+use tinyagents::prelude::*;
 
 /// Runs `harness` on `request`, collecting every event it emits.
 pub async fn run_collecting(
@@ -35,10 +35,15 @@ pub fn assert_one_terminal_per_start(events: &[AgentEvent]) {
     for event in events {
         match event {
             AgentEvent::ToolStarted { call_id, .. } => {
-                assert!(open.insert(call_id.clone(), 0).is_none(), "{call_id} started twice");
+                assert!(
+                    open.insert(call_id.clone(), 0).is_none(),
+                    "{call_id} started twice"
+                );
             }
             AgentEvent::ToolCompleted { call_id, .. } | AgentEvent::ToolFailed { call_id, .. } => {
-                let count = open.get_mut(call_id).unwrap_or_else(|| panic!("{call_id} ended without a start"));
+                let count = open
+                    .get_mut(call_id)
+                    .unwrap_or_else(|| panic!("{call_id} ended without a start"));
                 *count += 1;
                 assert_eq!(*count, 1, "{call_id} has more than one terminal event");
             }
@@ -56,7 +61,9 @@ pub fn assert_transcript_paired(messages: &[Message]) {
     let mut answered = Vec::new();
     for message in messages {
         match message {
-            Message::Assistant { tool_calls, .. } => expected.extend(tool_calls.iter().map(|c| c.id.clone())),
+            Message::Assistant { tool_calls, .. } => {
+                expected.extend(tool_calls.iter().map(|c| c.id.clone()))
+            }
             Message::Tool { call_id, .. } => answered.push(call_id.clone()),
             _ => {}
         }
@@ -64,7 +71,11 @@ pub fn assert_transcript_paired(messages: &[Message]) {
     let mut sorted = answered.clone();
     sorted.sort();
     sorted.dedup();
-    assert_eq!(sorted.len(), answered.len(), "a call was answered twice: {answered:?}");
+    assert_eq!(
+        sorted.len(),
+        answered.len(),
+        "a call was answered twice: {answered:?}"
+    );
     expected.sort();
     assert_eq!(expected, sorted, "calls and results do not pair");
 }
@@ -74,7 +85,12 @@ pub fn tool_results(messages: &[Message]) -> Vec<(String, String, bool)> {
     messages
         .iter()
         .filter_map(|m| match m {
-            Message::Tool { name, content, is_error, .. } => Some((name.clone(), content.clone(), *is_error)),
+            Message::Tool {
+                name,
+                content,
+                is_error,
+                ..
+            } => Some((name.clone(), content.clone(), *is_error)),
             _ => None,
         })
         .collect()
@@ -163,7 +179,9 @@ impl ProbeTool {
     }
 
     pub fn with_spec(self: Arc<Self>, f: impl FnOnce(ToolSpec) -> ToolSpec) -> Arc<Self> {
-        let mut inner = Arc::try_unwrap(self).ok().expect("configure before sharing");
+        let mut inner = Arc::try_unwrap(self)
+            .ok()
+            .expect("configure before sharing");
         inner.spec = f(inner.spec);
         Arc::new(inner)
     }
@@ -181,7 +199,11 @@ impl Tool for ProbeTool {
         _opts: ToolCallOptions,
         context: Option<&ToolRunContext>,
     ) -> anyhow::Result<ToolResult> {
-        let tag = args.get("tag").and_then(Value::as_str).unwrap_or("").to_owned();
+        let tag = args
+            .get("tag")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_owned();
         self.calls.fetch_add(1, Ordering::SeqCst);
         let now = self.active.fetch_add(1, Ordering::SeqCst) + 1;
         self.max_active.fetch_max(now, Ordering::SeqCst);
@@ -230,4 +252,40 @@ pub fn probe_call(name: &str, tag: &str) -> (String, Value) {
 /// A model turn issuing these calls.
 pub fn turn(calls: &[(String, Value)]) -> ChatResponse {
     ScriptedModel::tool_calls(calls.iter().map(|(n, a)| (n.as_str(), a.clone())))
+}
+
+/// Resumes `suspended` on `harness` with `decisions`, collecting every event
+/// the resumed segment emits.
+pub async fn resume_collecting(
+    harness: &AgentHarness,
+    suspended: tinyagents::SuspendedRun,
+    decisions: &[tinyagents::ApprovalDecision],
+) -> (Result<AgentRun, TinyAgentsError>, Vec<AgentEvent>) {
+    let (sink, mut receiver) = event_channel(16);
+    let collector = tokio::spawn(async move {
+        let mut events = Vec::new();
+        while let Some(event) = receiver.recv().await {
+            events.push(event);
+        }
+        events
+    });
+    let result = harness
+        .resume(
+            suspended,
+            decisions,
+            tinyagents::ResumeOptions::default(),
+            &sink,
+        )
+        .await;
+    drop(sink);
+    (result, collector.await.unwrap())
+}
+
+/// The JSON text of every event, one per line, for searching.
+pub fn events_text(events: &[AgentEvent]) -> String {
+    events
+        .iter()
+        .map(|e| serde_json::to_string(e).unwrap())
+        .collect::<Vec<_>>()
+        .join("\n")
 }

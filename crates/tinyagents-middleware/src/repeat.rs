@@ -4,7 +4,10 @@
 //!
 //! It counts model-issued calls only, in `before_tool`. Nested calls never
 //! reach `before_tool`, so they are never counted and never refused here
-//! (the default `check_nested_tool` admits them).
+//! (the default `check_nested_tool` admits them). A call a person approved
+//! (its id and arguments are in `RunContext::approvals`) is being admitted
+//! again by a resumed run: it was counted, and allowed, when the model
+//! issued it, so it is neither counted again nor refused.
 
 use std::collections::HashMap;
 
@@ -75,7 +78,7 @@ impl RepeatProgressMiddleware {
     /// decision of this middleware. Nested calls are neither counted nor
     /// refused.
     pub fn decide(&self, ctx: &RunContext, call: &ToolCall) -> PolicyDecision {
-        if call.id.is_nested() {
+        if call.id.is_nested() || ctx.approvals.is_call_approved(call) {
             return PolicyDecision::Allow;
         }
         let arguments = match &call.raw_arguments {
@@ -227,6 +230,26 @@ mod tests {
         ));
         mw.forget(&one.run_id);
         assert_eq!(model(&mw, &mut one, &a).await, ToolVerdict::Allow);
+    }
+
+    #[tokio::test]
+    async fn an_approved_call_admitted_again_is_not_counted_twice() {
+        let mw = RepeatProgressMiddleware::new(2);
+        let mut ctx = ctx_with([]);
+        let deploy = call("p1", "deploy", json!({"env": "prod"}));
+        assert_eq!(model(&mw, &mut ctx, &deploy).await, ToolVerdict::Allow);
+        // The run resumes with the call approved and admits it again.
+        ctx.approvals.grant(
+            deploy.id.clone(),
+            tinyagents_core::args_hash(&deploy.arguments),
+        );
+        assert_eq!(model(&mw, &mut ctx, &deploy).await, ToolVerdict::Allow);
+        // The model's next identical call is the second in a row.
+        let again = call("p2", "deploy", json!({"env": "prod"}));
+        assert!(matches!(
+            model(&mw, &mut ctx, &again).await,
+            ToolVerdict::Deny { reason } if reason.contains("call 2 in a row")
+        ));
     }
 
     #[test]

@@ -60,9 +60,18 @@ impl AgentHarness {
             .map(|(call, index)| call.into_call(CallId::model(index)))
             .collect();
         let assistant_text = response.content;
+        // The transcript keeps the calls as the model wrote them, with every
+        // middleware's redaction applied; the tools get the real arguments.
+        let recorded = calls
+            .iter()
+            .map(|call| ToolCall {
+                arguments: self.redacted(&call.arguments),
+                ..call.clone()
+            })
+            .collect();
         state.messages.push(Message::Assistant {
             content: assistant_text.clone(),
-            tool_calls: calls.clone(),
+            tool_calls: recorded,
             reasoning: response.reasoning,
         });
         let mut limit = token_limit;
@@ -84,6 +93,7 @@ impl AgentHarness {
                     entry,
                 },
                 Admission::Refused(call, message) => {
+                    let message = self.scrubbed(message);
                     self.emit_refused(ctx, events, &call, &message).await;
                     Slot::Refused {
                         call,
@@ -276,10 +286,29 @@ impl AgentHarness {
             .await;
     }
 
+    /// A refusal text with every middleware's redaction applied (it may
+    /// quote the arguments).
+    pub(crate) fn scrubbed(&self, text: String) -> String {
+        if self.middlewares.is_empty() {
+            return text;
+        }
+        let mut value = serde_json::Value::String(text);
+        for middleware in &self.middlewares {
+            middleware.redact(&mut value);
+        }
+        match value {
+            serde_json::Value::String(text) => text,
+            other => other.to_string(),
+        }
+    }
+
     /// A copy of a model-issued call's payload with every middleware's
     /// redaction applied, for events and persistence.
     pub(crate) fn redacted(&self, payload: &serde_json::Value) -> serde_json::Value {
         let mut copy = payload.clone();
+        if self.middlewares.is_empty() {
+            return copy;
+        }
         for middleware in &self.middlewares {
             middleware.redact(&mut copy);
         }

@@ -216,28 +216,36 @@ impl AgentHarness {
                     .finish(ctx, state, events, acc, RunStatus::Completed, text)
                     .await);
             }
-            match self
+            let end = self
                 .tool_turn(ctx, state, events, acc, response, token_limit)
-                .await?
-            {
-                TurnEnd::Continue => {}
-                TurnEnd::Finish(status, text) => {
-                    let text = if status == RunStatus::AwaitingApproval {
-                        text
-                    } else {
-                        self.screen_output(ctx, &text).await?
-                    };
-                    return Ok(self.finish(ctx, state, events, acc, status, text).await);
-                }
-                TurnEnd::Limit(limit) => {
-                    return self.limit_reached(ctx, state, events, acc, limit).await;
-                }
-                TurnEnd::Fail(error) => return Err(error),
-                TurnEnd::Suspend(entries) => {
-                    return Ok(self.suspend(ctx, state, events, acc, entries).await);
-                }
+                .await?;
+            if let Some(run) = self.end_turn(ctx, state, events, acc, end).await {
+                return run;
             }
         }
+    }
+
+    /// What the loop does after a tool turn: `None` to ask the model again,
+    /// or how the run ends. A final answer a tool produced (terminate,
+    /// return-direct) is screened like the model's.
+    pub(crate) async fn end_turn(
+        &self,
+        ctx: &RunContext,
+        state: &mut State,
+        events: &EventSink,
+        acc: &mut RunAcc,
+        end: TurnEnd,
+    ) -> Option<Result<AgentRun, TinyAgentsError>> {
+        Some(match end {
+            TurnEnd::Continue => return None,
+            TurnEnd::Finish(status, text) => match self.screen_output(ctx, &text).await {
+                Ok(text) => Ok(self.finish(ctx, state, events, acc, status, text).await),
+                Err(blocked) => Err(blocked),
+            },
+            TurnEnd::Limit(limit) => self.limit_reached(ctx, state, events, acc, limit).await,
+            TurnEnd::Fail(error) => Err(error),
+            TurnEnd::Suspend(entries) => Ok(self.suspend(ctx, state, events, acc, entries).await),
+        })
     }
 
     async fn call_model(

@@ -7,7 +7,7 @@ use tinyagents_core::{
     LimitTracker, RunContext, RunStatus, State, TinyAgentsError, ToolResult, args_hash,
 };
 
-use super::{Admission, RunAcc, Slot, TurnEnd};
+use super::{Admission, RunAcc, Slot};
 use crate::events::EventSink;
 use crate::harness::AgentHarness;
 use crate::run::{AgentRun, ApprovalDecision, SUSPENDED_RUN_FORMAT, SuspendedRun, TurnEntry};
@@ -110,19 +110,9 @@ impl AgentHarness {
                 None,
             )
             .await?;
-        match end {
-            TurnEnd::Continue => self.drive(&mut ctx, &mut state, events, &mut acc).await,
-            TurnEnd::Finish(status, text) => Ok(self
-                .finish(&ctx, &mut state, events, &mut acc, status, text)
-                .await),
-            TurnEnd::Limit(limit) => {
-                self.limit_reached(&ctx, &mut state, events, &mut acc, limit)
-                    .await
-            }
-            TurnEnd::Fail(error) => Err(error),
-            TurnEnd::Suspend(entries) => Ok(self
-                .suspend(&ctx, &mut state, events, &mut acc, entries)
-                .await),
+        match self.end_turn(&ctx, &mut state, events, &mut acc, end).await {
+            Some(run) => run,
+            None => self.drive(&mut ctx, &mut state, events, &mut acc).await,
         }
     }
 
@@ -153,6 +143,7 @@ impl AgentHarness {
                         return Slot::Pending(crate::run::PendingCall { call, reason });
                     }
                     Admission::Refused(call, text) => {
+                        let text = self.scrubbed(text);
                         self.emit_refused(ctx, events, &call, &text).await;
                         return Slot::Refused {
                             call,
