@@ -1,1 +1,353 @@
-fn main() {}
+//! Build tooling for the tinyagents workspace: `cargo xtask ci` is the gate
+//! that CI runs, `cargo xtask bench` runs the benchmarks.
+//!
+//! Plain std on purpose: the gate must build fast on a fresh machine.
+
+// A command-line tool: printing to stdout is its job.
+#![allow(clippy::print_stdout)]
+
+use std::env;
+use std::ffi::OsString;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode, Stdio};
+use std::time::{Duration, Instant};
+
+const USAGE: &str = "\
+usage: cargo xtask <command>
+
+commands:
+  ci [STEP...]   the CI gate, in order, stopping at the first failure:
+                 fmt, clippy, tests (nextest + doctests), doc, loom, deny;
+                 naming steps runs only those (`cargo xtask ci clippy tests`)
+  bench [ARGS]   cargo bench --workspace over the bench targets; ARGS are
+                 passed to cargo bench (after `--`: to the bench binaries)
+  help           this text";
+
+/// cargo-deny release known to build with the pinned toolchain (1.95).
+const CARGO_DENY_VERSION: &str = "0.20.2";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = env::args_os()
+        .skip(1)
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let (command, rest) = args
+        .split_first()
+        .map_or((None, &[][..]), |(c, r)| (Some(c), r));
+    match command.map(String::as_str) {
+        Some("ci") => ci(rest),
+        Some("bench") => bench(rest),
+        Some("help" | "-h" | "--help") => {
+            println!("{USAGE}");
+            ExitCode::SUCCESS
+        }
+        other => {
+            if let Some(other) = other {
+                eprintln!("xtask: unknown command `{other}`\n");
+            }
+            eprintln!("{USAGE}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// The workspace root: the parent of this crate's directory.
+fn root() -> PathBuf {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    manifest.parent().unwrap_or(manifest).to_path_buf()
+}
+
+/// The cargo that runs us (so the toolchain pinned in rust-toolchain.toml).
+fn cargo_program() -> OsString {
+    env::var_os("CARGO").unwrap_or_else(|| "cargo".into())
+}
+
+/// One command line, printable as a user would type it.
+struct Cmd {
+    envs: Vec<(&'static str, String)>,
+    args: Vec<OsString>,
+}
+
+/// `cargo ARGS...`, run from the workspace root.
+fn cargo<I, S>(args: I) -> Cmd
+where
+    I: IntoIterator<Item = S>,
+    S: Into<OsString>,
+{
+    Cmd {
+        envs: Vec::new(),
+        args: args.into_iter().map(Into::into).collect(),
+    }
+}
+
+impl Cmd {
+    fn env(mut self, key: &'static str, value: impl Into<String>) -> Self {
+        self.envs.push((key, value.into()));
+        self
+    }
+
+    /// Runs to completion with inherited stdio; `Err` says what went wrong.
+    fn run(&self) -> Result<(), String> {
+        let status = Command::new(cargo_program())
+            .args(&self.args)
+            .envs(self.envs.iter().map(|(k, v)| (k, v)))
+            .current_dir(root())
+            .status()
+            .map_err(|e| format!("`{self}` could not start: {e}"))?;
+        if status.success() {
+            Ok(())
+        } else {
+            Err(format!("`{self}` failed ({status})"))
+        }
+    }
+
+    /// Runs silently; true when it exits 0 (used to probe for tools).
+    fn succeeds_quietly(&self) -> bool {
+        Command::new(cargo_program())
+            .args(&self.args)
+            .current_dir(root())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    }
+}
+
+impl fmt::Display for Cmd {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (k, v) in &self.envs {
+            write!(f, "{k}=\"{v}\" ")?;
+        }
+        write!(f, "cargo")?;
+        for a in &self.args {
+            let a = a.to_string_lossy();
+            if a.contains([' ', '*']) {
+                write!(f, " '{a}'")?;
+            } else {
+                write!(f, " {a}")?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A cargo subcommand (`cargo SUBCOMMAND`) that a step needs.
+struct Tool {
+    subcommand: &'static str,
+    krate: &'static str,
+    version: Option<&'static str>,
+}
+
+impl Tool {
+    /// Installs the tool with `cargo install --locked` when it is missing.
+    fn ensure(&self) -> Result<(), String> {
+        if cargo([self.subcommand, "--version"]).succeeds_quietly() {
+            return Ok(());
+        }
+        println!("{} is missing: installing it", self.krate);
+        let mut install = cargo(["install", self.krate, "--locked"]);
+        if let Some(v) = self.version {
+            install.args.extend(["--version".into(), v.into()]);
+        }
+        println!("$ {install}");
+        let started = Instant::now();
+        install.run()?;
+        println!("installed {} in {}", self.krate, secs(started.elapsed()));
+        Ok(())
+    }
+}
+
+/// One step of the gate: a name, tools it needs, commands run in order.
+struct Step {
+    name: &'static str,
+    tools: Vec<Tool>,
+    commands: Vec<Cmd>,
+    note: Option<&'static str>,
+}
+
+impl Step {
+    fn new(name: &'static str, commands: Vec<Cmd>) -> Self {
+        Self {
+            name,
+            tools: Vec::new(),
+            commands,
+            note: None,
+        }
+    }
+
+    fn run(&self) -> Result<(), String> {
+        for tool in &self.tools {
+            tool.ensure()?;
+        }
+        for cmd in &self.commands {
+            println!("$ {cmd}");
+            cmd.run()?;
+        }
+        if let Some(note) = self.note {
+            println!("note: {note}");
+        }
+        Ok(())
+    }
+}
+
+fn ci_steps() -> Vec<Step> {
+    let mut steps = vec![
+        Step::new("fmt", vec![cargo(["fmt", "--all", "--check"])]),
+        Step::new(
+            "clippy",
+            vec![cargo([
+                "clippy",
+                "--workspace",
+                "--all-targets",
+                "--",
+                "-D",
+                "warnings",
+            ])],
+        ),
+        Step {
+            tools: vec![Tool {
+                subcommand: "nextest",
+                krate: "cargo-nextest",
+                version: None,
+            }],
+            ..Step::new(
+                "tests",
+                vec![
+                    cargo(["nextest", "run", "--workspace"]),
+                    cargo(["test", "--workspace", "--doc"]),
+                ],
+            )
+        },
+        Step::new(
+            "doc",
+            vec![cargo(["doc", "--workspace", "--no-deps"]).env("RUSTDOCFLAGS", "-D warnings")],
+        ),
+    ];
+    let root = root();
+    if root.join("crates/tinyagents-core/tests/loom.rs").exists() {
+        let target = root.join("target/loom").to_string_lossy().into_owned();
+        steps.push(Step::new(
+            "loom",
+            vec![
+                cargo([
+                    "test",
+                    "-p",
+                    "tinyagents-core",
+                    "--release",
+                    "--test",
+                    "loom",
+                ])
+                .env("RUSTFLAGS", "--cfg tinyagents_loom")
+                .env("CARGO_TARGET_DIR", target),
+            ],
+        ));
+    }
+    steps.push(Step {
+        tools: vec![Tool {
+            subcommand: "deny",
+            krate: "cargo-deny",
+            version: Some(CARGO_DENY_VERSION),
+        }],
+        note: Some(
+            "advisories check skipped: the RustSec advisory database cannot be \
+             fetched from this machine (run `cargo deny check advisories` where it can)",
+        ),
+        ..Step::new(
+            "deny",
+            vec![cargo(["deny", "check", "bans", "licenses", "sources"])],
+        )
+    });
+    steps
+}
+
+fn ci(only: &[String]) -> ExitCode {
+    let mut steps = ci_steps();
+    if let Some(unknown) = only.iter().find(|o| !steps.iter().any(|s| s.name == *o)) {
+        let names: Vec<_> = steps.iter().map(|s| s.name).collect();
+        eprintln!(
+            "xtask ci: no step `{unknown}` (steps: {})",
+            names.join(", ")
+        );
+        return ExitCode::from(2);
+    }
+    if !only.is_empty() {
+        steps.retain(|s| only.iter().any(|o| o == s.name));
+    }
+    let total = steps.len();
+    let started = Instant::now();
+    for (i, step) in steps.iter().enumerate() {
+        println!("\n==> [{}/{total}] {}", i + 1, step.name);
+        let step_started = Instant::now();
+        if let Err(why) = step.run() {
+            println!(
+                "\nxtask ci: FAILED at step {}/{total} ({}) after {}: {why}",
+                i + 1,
+                step.name,
+                secs(started.elapsed())
+            );
+            return ExitCode::FAILURE;
+        }
+        println!("<== {} ok in {}", step.name, secs(step_started.elapsed()));
+    }
+    let names: Vec<_> = steps.iter().map(|s| s.name).collect();
+    println!(
+        "\nxtask ci: all {total} step{} passed in {} ({})",
+        if total == 1 { "" } else { "s" },
+        secs(started.elapsed()),
+        names.join(", ")
+    );
+    ExitCode::SUCCESS
+}
+
+/// `cargo bench --workspace` over the bench targets (`harness = false`
+/// binaries that print their own figures).
+fn bench(extra: &[String]) -> ExitCode {
+    if !has_bench_targets() {
+        println!("xtask bench: the workspace has no bench targets yet; nothing to run");
+        return ExitCode::SUCCESS;
+    }
+    let mut cmd = cargo(["bench", "--workspace"]);
+    // Only the bench targets, unless the caller picks some: the libraries'
+    // unit tests have nothing to measure.
+    let picks_targets = extra
+        .iter()
+        .take_while(|a| *a != "--")
+        .any(|a| a.starts_with("--bench"));
+    if !picks_targets {
+        cmd.args.extend(["--bench".into(), "*".into()]);
+    }
+    cmd.args.extend(extra.iter().map(OsString::from));
+    println!("$ {cmd}");
+    match cmd.run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(why) => {
+            println!("xtask bench: {why}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Whether any workspace member has a `[[bench]]` target.
+fn has_bench_targets() -> bool {
+    let output = Command::new(cargo_program())
+        .args(["metadata", "--format-version", "1", "--no-deps"])
+        .current_dir(root())
+        .output();
+    match output {
+        Ok(out) if out.status.success() => {
+            String::from_utf8_lossy(&out.stdout).contains(r#""kind":["bench"]"#)
+        }
+        // If metadata fails, let cargo bench report the real error.
+        _ => true,
+    }
+}
+
+fn secs(d: Duration) -> String {
+    let s = d.as_secs();
+    if s >= 60 {
+        format!("{}m{:02}s", s / 60, s % 60)
+    } else {
+        format!("{:.1}s", d.as_secs_f64())
+    }
+}

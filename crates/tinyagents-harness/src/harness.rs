@@ -7,6 +7,7 @@ use serde_json::{Map, Value};
 use tinyagents_core::{
     AgentId, ChatModel, ModelOptions, PayloadCapture, RunLimits, TinyAgentsError, ToolDefinition,
 };
+use tinyagents_ledger::{EffectLedger, LedgerFailure};
 use tinyagents_middleware::{Middleware, SecurityGate, ToolMiddleware};
 use tinytools::{InvalidArgsPolicy, RegisteredTool, Tool, ToolRegistry};
 
@@ -30,6 +31,8 @@ pub struct AgentHarness {
     pub(crate) agent_id: Option<AgentId>,
     pub(crate) disabled_runner: Arc<dyn crate::tool::NestedToolRunner>,
     pub(crate) detailed_errors: bool,
+    pub(crate) ledger: Option<Arc<dyn EffectLedger>>,
+    pub(crate) ledger_failure: LedgerFailure,
 }
 
 impl std::fmt::Debug for AgentHarness {
@@ -62,6 +65,8 @@ impl AgentHarness {
             invalid_args: InvalidArgsPolicy::default(),
             agent_id: None,
             detailed_errors: true,
+            ledger: None,
+            ledger_failure: LedgerFailure::Abort,
         }
     }
 
@@ -115,6 +120,8 @@ pub struct AgentHarnessBuilder {
     invalid_args: InvalidArgsPolicy,
     agent_id: Option<AgentId>,
     detailed_errors: bool,
+    ledger: Option<Arc<dyn EffectLedger>>,
+    ledger_failure: LedgerFailure,
 }
 
 impl std::fmt::Debug for AgentHarnessBuilder {
@@ -226,6 +233,23 @@ impl AgentHarnessBuilder {
         self
     }
 
+    /// Records every tool call in `ledger`: a started row before it runs, a
+    /// settled row after, and a checkpoint per turn, so that
+    /// [`AgentHarness::recover`] can resume a run whose process died.
+    #[must_use]
+    pub fn ledger(mut self, ledger: Arc<dyn EffectLedger>) -> Self {
+        self.ledger = Some(ledger);
+        self
+    }
+
+    /// What happens when a started row cannot be written:
+    /// [`LedgerFailure::Abort`] (the default) refuses the call.
+    #[must_use]
+    pub fn ledger_failure(mut self, failure: LedgerFailure) -> Self {
+        self.ledger_failure = failure;
+        self
+    }
+
     /// Names the agent.
     #[must_use]
     pub fn agent_id(mut self, id: AgentId) -> Self {
@@ -272,6 +296,8 @@ impl AgentHarnessBuilder {
             agent_id: self.agent_id,
             disabled_runner: Arc::new(crate::agent_loop::DisabledRunner),
             detailed_errors: self.detailed_errors,
+            ledger: self.ledger,
+            ledger_failure: self.ledger_failure,
         })
     }
 }

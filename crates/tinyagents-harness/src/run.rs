@@ -156,6 +156,10 @@ pub struct SuspendedRun {
     /// Sub-agent depth.
     #[serde(default)]
     pub depth: u32,
+    /// Calls of a checkpointed turn that a recovery must not run again:
+    /// their arguments held secrets that redaction kept out of the state.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub replay_blocked: Vec<CallId>,
 }
 
 impl SuspendedRun {

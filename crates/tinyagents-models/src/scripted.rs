@@ -52,7 +52,9 @@ impl ScriptedModel {
     }
 
     /// Like [`Self::new`], with failures in the script.
-    pub fn with_results(results: impl IntoIterator<Item = Result<ChatResponse, ModelError>>) -> Self {
+    pub fn with_results(
+        results: impl IntoIterator<Item = Result<ChatResponse, ModelError>>,
+    ) -> Self {
         Self::from_script(Script::Queue(results.into_iter().collect()))
     }
 
@@ -88,7 +90,10 @@ impl ScriptedModel {
 
     /// The requests seen so far (empty unless [`Self::recording`]).
     pub fn requests(&self) -> Vec<RecordedRequest> {
-        self.recorded.as_ref().map(|r| r.lock().clone()).unwrap_or_default()
+        self.recorded
+            .as_ref()
+            .map(|r| r.lock().clone())
+            .unwrap_or_default()
     }
 
     /// How many requests were answered or refused.
@@ -132,7 +137,9 @@ impl ChatModel for ScriptedModel {
         }
         let responder = match &mut *self.script.lock() {
             Script::Queue(queue) => {
-                return queue.pop_front().unwrap_or(Err(ModelError::ScriptExhausted { call }));
+                return queue
+                    .pop_front()
+                    .unwrap_or(Err(ModelError::ScriptExhausted { call }));
             }
             Script::Function(f) => Arc::clone(f),
         };
@@ -149,7 +156,12 @@ mod tests {
     async fn answers_in_order_then_reports_exhaustion() {
         let model = ScriptedModel::new([ChatResponse::text("one")]).recording();
         let options = ModelOptions::default();
-        let request = ChatRequest { messages: &[], tools: &[], options: &options, deltas: None };
+        let request = ChatRequest {
+            messages: &[],
+            tools: &[],
+            options: &options,
+            deltas: None,
+        };
         assert_eq!(model.chat(request).await.unwrap().content, "one");
         assert_eq!(
             model.chat(request).await.unwrap_err(),

@@ -30,6 +30,9 @@ pub(crate) enum Slot<'h> {
     Pending(PendingCall),
     /// Settled in an earlier segment of a resumed turn.
     Settled(tinyagents_core::Message),
+    /// Settled before a crash: the ledger's recorded result answers it, and
+    /// it does not run again.
+    Recorded { call: ToolCall, result: ToolResult },
 }
 
 /// How admission of one call ended.
@@ -62,11 +65,20 @@ impl AgentHarness {
         let assistant_text = response.content;
         // The transcript keeps the calls as the model wrote them, with every
         // middleware's redaction applied; the tools get the real arguments.
+        // Calls whose arguments redaction changed cannot be replayed from a
+        // checkpoint: the secret was never persisted.
+        let mut replay_blocked = Vec::new();
         let recorded = calls
             .iter()
-            .map(|call| ToolCall {
-                arguments: self.redacted(&call.arguments),
-                ..call.clone()
+            .map(|call| {
+                let arguments = self.redacted(&call.arguments);
+                if arguments != call.arguments {
+                    replay_blocked.push(call.id.clone());
+                }
+                ToolCall {
+                    arguments,
+                    ..call.clone()
+                }
             })
             .collect();
         state.messages.push(Message::Assistant {
@@ -74,9 +86,42 @@ impl AgentHarness {
             tool_calls: recorded,
             reasoning: response.reasoning,
         });
+        self.checkpoint(ctx, state, &replay_blocked, events).await;
+        self.run_calls(
+            ctx,
+            state,
+            events,
+            acc,
+            calls,
+            assistant_text,
+            token_limit,
+            &[],
+        )
+        .await
+    }
+
+    /// Admits, executes and folds the calls of one turn, whose assistant
+    /// message is already in the transcript. `replay_blocked` names calls a
+    /// recovery must not run again (their arguments were redacted).
+    #[allow(clippy::too_many_arguments)] // one turn's whole context
+    pub(crate) async fn run_calls(
+        &self,
+        ctx: &mut RunContext,
+        state: &mut State,
+        events: &EventSink,
+        acc: &mut RunAcc,
+        calls: Vec<ToolCall>,
+        assistant_text: String,
+        token_limit: Option<TinyAgentsError>,
+        replay_blocked: &[CallId],
+    ) -> Result<TurnEnd, TinyAgentsError> {
         let mut limit = token_limit;
         let mut slots = Vec::with_capacity(calls.len());
         for (position, call) in calls.into_iter().enumerate() {
+            if replay_blocked.contains(&call.id) {
+                slots.push(self.blocked_replay(ctx, events, call).await);
+                continue;
+            }
             let admission = match &limit {
                 // A token cap crossed by this very response refuses all its calls.
                 Some(
@@ -93,12 +138,7 @@ impl AgentHarness {
                     entry,
                 },
                 Admission::Refused(call, message) => {
-                    let message = self.scrubbed(message);
-                    self.emit_refused(ctx, events, &call, &message).await;
-                    Slot::Refused {
-                        call,
-                        result: ToolResult::error(message),
-                    }
+                    self.refused_slot(ctx, events, call, message).await
                 }
                 Admission::Pending(prepared, reason) => Slot::Pending(PendingCall {
                     call: prepared,
@@ -111,6 +151,7 @@ impl AgentHarness {
         if let Some(reached) = &limit {
             report_limit(events, acc, reached).await;
         }
+        self.start_rows(ctx, events, &mut slots).await;
         let outcomes = self.execute_turn(ctx, state, events, &slots).await;
         self.fold_turn(
             ctx,
@@ -123,6 +164,22 @@ impl AgentHarness {
             limit,
         )
         .await
+    }
+
+    /// A call refused before it ran: its (redacted) refusal is its result.
+    pub(crate) async fn refused_slot<'h>(
+        &'h self,
+        ctx: &RunContext,
+        events: &EventSink,
+        call: ToolCall,
+        message: String,
+    ) -> Slot<'h> {
+        let message = self.scrubbed(message);
+        self.emit_refused(ctx, events, &call, &message).await;
+        Slot::Refused {
+            call,
+            result: ToolResult::error(message),
+        }
     }
 
     /// Admits one model-issued call. Every issued call spends a slot of the

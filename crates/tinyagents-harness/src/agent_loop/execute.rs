@@ -14,7 +14,7 @@ use tinyagents_core::{
     AgentEvent, CallId, RunContext, State, TinyAgentsError, ToolCall, ToolResult,
 };
 use tinyagents_middleware::{Next, ToolCallContext};
-use tinytools::{ProgressSink, RegisteredTool, ToolCallOptions, ToolRunContext};
+use tinytools::{IdempotencyKey, ProgressSink, RegisteredTool, ToolCallOptions, ToolRunContext};
 use tokio::sync::mpsc;
 use tracing::Instrument;
 
@@ -35,6 +35,10 @@ enum Done {
 pub(crate) struct CallOutcome {
     pub(crate) result: Result<ToolResult, TinyAgentsError>,
     pub(crate) duration_ms: u64,
+    /// The tool's future was dropped mid-flight (timeout, cancellation):
+    /// whether its effect happened is unknown, so its ledger row stays
+    /// started.
+    pub(crate) dropped: bool,
 }
 
 impl CallOutcome {
@@ -45,6 +49,7 @@ impl CallOutcome {
                 format!("tool '{tool}' was cancelled: the run was cancelled"),
             )),
             duration_ms: 0,
+            dropped: true,
         }
     }
 }
@@ -235,9 +240,16 @@ impl AgentHarness {
             call_id.clone(),
             shared,
         ));
-        let tool_context = self
+        let mut tool_context = self
             .tool_context(ctx, &call.id, events)
             .with_host_extension(extension);
+        if let Some(hash) = self.ledger_hash(&call, parent_call_id.is_some()) {
+            tool_context = tool_context.with_idempotency_key(IdempotencyKey {
+                run_id: ctx.run_id.clone(),
+                call_id: call_id.clone(),
+                args_hash: hash,
+            });
+        }
         let wrap_context = ToolCallContext {
             run: ctx,
             spec,
@@ -267,11 +279,15 @@ impl AgentHarness {
             }),
             Some(Err(panic)) => Err(TinyAgentsError::tool_failed(
                 spec.name.clone(),
-                format!(
-                    "tool '{}' panicked: {}",
-                    spec.name,
-                    panic_text(panic.as_ref())
-                ),
+                if self.detailed_errors {
+                    format!(
+                        "tool '{}' panicked: {}",
+                        spec.name,
+                        panic_text(panic.as_ref())
+                    )
+                } else {
+                    tinyagents_middleware::withheld(&spec.name)
+                },
             )),
             Some(Ok(result)) => result,
         };
@@ -293,9 +309,12 @@ impl AgentHarness {
                 attach_summary(result, summary);
             }
         }
+        // A timeout (the harness's or a wrap's) dropped the tool mid-flight.
+        let dropped = matches!(result, Err(TinyAgentsError::Timeout { .. }));
         CallOutcome {
             result,
             duration_ms: millis(started),
+            dropped,
         }
     }
 

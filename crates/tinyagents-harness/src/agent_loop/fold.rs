@@ -5,6 +5,7 @@ use tinyagents_core::{
     AgentEvent, Message, RunContext, RunStatus, State, TinyAgentsError, ToolCall, ToolControl,
     ToolResult,
 };
+use tinyagents_ledger::Outcome;
 use tinytools::{RegisteredTool, ToolErrorPolicy, cut};
 
 use super::execute::CallOutcome;
@@ -43,6 +44,7 @@ impl AgentHarness {
                     if let Some(CallOutcome {
                         result: Err(TinyAgentsError::ApprovalRequired { reason, .. }),
                         duration_ms,
+                        ..
                     }) = &outcome
                     {
                         // Raised during execution: the call waits for a person
@@ -87,6 +89,15 @@ impl AgentHarness {
                     message: tool_message(&call, &result),
                 },
                 Slot::Settled(message) => TurnEntry::Settled { message },
+                Slot::Recorded { call, result } => {
+                    self.emit_recorded(ctx, events, &call, &result).await;
+                    if let Some(metadata) = &result.metadata {
+                        acc.metadata.insert(call.id.clone(), metadata.clone());
+                    }
+                    TurnEntry::Settled {
+                        message: tool_message(&call, &result),
+                    }
+                }
                 Slot::Pending(pending) => {
                     suspended = true;
                     TurnEntry::Pending { pending }
@@ -171,6 +182,14 @@ impl AgentHarness {
                 })
                 .await;
         }
+        if self.ledger.is_some() && !outcome.dropped {
+            let settled = if failed {
+                Outcome::Failed(result.content.clone())
+            } else {
+                Outcome::Completed(result.clone())
+            };
+            self.settle_row(ctx, events, &call.id, settled).await;
+        }
         if (failed || result.is_error) && entry.spec().error_policy == ToolErrorPolicy::EndRun {
             fold.fatal
                 .get_or_insert_with(|| TinyAgentsError::ToolFailed {
@@ -192,6 +211,41 @@ impl AgentHarness {
             content: result.content,
             is_error: result.is_error,
         }
+    }
+}
+
+impl AgentHarness {
+    /// Reports a call answered from its ledger row after a recovery.
+    async fn emit_recorded(
+        &self,
+        ctx: &RunContext,
+        events: &EventSink,
+        call: &ToolCall,
+        result: &ToolResult,
+    ) {
+        if !events.is_active() {
+            return;
+        }
+        let capture = ctx.capture.tool_io;
+        events
+            .emit(|| AgentEvent::ToolStarted {
+                call_id: call.id.clone(),
+                parent_call_id: None,
+                name: call.name.clone(),
+                arguments: capture.then(|| self.redacted(&call.arguments)),
+            })
+            .await;
+        events
+            .emit(|| AgentEvent::ToolCompleted {
+                call_id: call.id.clone(),
+                parent_call_id: None,
+                name: call.name.clone(),
+                duration_ms: 0,
+                is_error: result.is_error,
+                result: capture.then(|| result.content.clone()),
+                metadata: result.metadata.clone(),
+            })
+            .await;
     }
 }
 

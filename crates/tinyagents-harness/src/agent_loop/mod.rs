@@ -8,6 +8,7 @@
 mod admit;
 mod execute;
 mod fold;
+mod ledger;
 mod nested;
 mod resume;
 mod serve;
@@ -343,6 +344,7 @@ impl AgentHarness {
         report_limit(events, acc, &limit).await;
         match ctx.limits.behavior {
             LimitBehavior::Error => {
+                self.finish_in_ledger(&ctx.run_id, events).await;
                 events
                     .emit(|| AgentEvent::RunCompleted {
                         status: RunStatus::LimitReached(*kind),
@@ -376,6 +378,9 @@ impl AgentHarness {
         status: RunStatus,
         final_text: String,
     ) -> AgentRun {
+        if status != RunStatus::AwaitingApproval {
+            self.finish_in_ledger(&ctx.run_id, events).await;
+        }
         events
             .emit(|| AgentEvent::RunCompleted {
                 status,

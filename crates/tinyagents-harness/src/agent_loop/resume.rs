@@ -1,11 +1,6 @@
 //! Suspension for approval, and resuming with a person's decisions.
 
-use std::sync::Arc;
-use std::time::Duration;
-
-use tinyagents_core::{
-    LimitTracker, RunContext, RunStatus, State, TinyAgentsError, ToolResult, args_hash,
-};
+use tinyagents_core::{RunContext, RunStatus, State, TinyAgentsError, args_hash};
 
 use super::{Admission, RunAcc, Slot};
 use crate::events::EventSink;
@@ -39,6 +34,7 @@ impl AgentHarness {
             active_ms: u64::try_from(ctx.elapsed().as_millis()).unwrap_or(u64::MAX),
             properties: (*ctx.properties).clone(),
             depth: ctx.depth,
+            replay_blocked: Vec::new(),
         };
         let text = state.last_assistant_text().unwrap_or_default().to_owned();
         let mut run = self
@@ -55,7 +51,7 @@ impl AgentHarness {
     /// wall-clock budget.
     pub async fn resume(
         &self,
-        suspended: SuspendedRun,
+        mut suspended: SuspendedRun,
         decisions: &[ApprovalDecision],
         options: ResumeOptions,
         events: &EventSink,
@@ -69,24 +65,12 @@ impl AgentHarness {
                 )));
             }
         }
-        let limits = self.limits.clone();
-        let tracker = Arc::new(LimitTracker::restore(&limits, suspended.budget));
-        let mut ctx = RunContext::with_tracker(suspended.run_id, limits, tracker);
-        if let Some(token) = options.cancel {
-            ctx = ctx.with_cancellation(token);
-        }
-        ctx.resume_clock(Duration::from_millis(suspended.active_ms));
-        ctx.agent_id = self.agent_id.clone();
-        ctx.depth = suspended.depth;
-        ctx.capture = self.capture;
-        ctx.properties = Arc::new(suspended.properties);
-        ctx.extensions.insert(Arc::clone(&self.tools));
-        self.share_with_tools(&mut ctx, events);
-        let mut state = suspended.state;
+        let turn = std::mem::take(&mut suspended.turn);
+        let (mut ctx, mut state) = self.restore(suspended, options, events);
         let mut acc = RunAcc::default();
         let assistant_text = state.last_assistant_text().unwrap_or_default().to_owned();
-        let mut slots = Vec::with_capacity(suspended.turn.len());
-        for entry in suspended.turn {
+        let mut slots = Vec::with_capacity(turn.len());
+        for entry in turn {
             let slot = match entry {
                 TurnEntry::Settled { message } => Slot::Settled(message),
                 TurnEntry::Pending { pending } => {
@@ -97,6 +81,7 @@ impl AgentHarness {
             };
             slots.push(slot);
         }
+        self.start_rows(&ctx, events, &mut slots).await;
         let outcomes = self.execute_turn(&ctx, &state, events, &slots).await;
         let end = self
             .fold_turn(
@@ -131,11 +116,7 @@ impl AgentHarness {
                 ctx.approvals.grant(call.id.clone(), d.args_hash.clone());
                 let Some(entry) = self.lookup(&call.name) else {
                     let text = format!("tool not found: {}", call.name);
-                    self.emit_refused(ctx, events, &call, &text).await;
-                    return Slot::Refused {
-                        call,
-                        result: ToolResult::error(text),
-                    };
+                    return self.refused_slot(ctx, events, call, text).await;
                 };
                 match self.authorize(ctx, state, call, entry).await {
                     Admission::Run(call, entry) => return Slot::Run { call, entry },
@@ -143,20 +124,12 @@ impl AgentHarness {
                         return Slot::Pending(crate::run::PendingCall { call, reason });
                     }
                     Admission::Refused(call, text) => {
-                        let text = self.scrubbed(text);
-                        self.emit_refused(ctx, events, &call, &text).await;
-                        return Slot::Refused {
-                            call,
-                            result: ToolResult::error(text),
-                        };
+                        return self.refused_slot(ctx, events, call, text).await;
                     }
                     Admission::Fatal(call, error) => {
-                        let text = error.to_string();
-                        self.emit_refused(ctx, events, &call, &text).await;
-                        return Slot::Refused {
-                            call,
-                            result: ToolResult::error(text),
-                        };
+                        return self
+                            .refused_slot(ctx, events, call, error.to_string())
+                            .await;
                     }
                 }
             }
@@ -173,10 +146,6 @@ impl AgentHarness {
             ),
             None => "refused: no decision was given for this call".to_owned(),
         };
-        self.emit_refused(ctx, events, &call, &refusal).await;
-        Slot::Refused {
-            call,
-            result: ToolResult::error(refusal),
-        }
+        self.refused_slot(ctx, events, call, refusal).await
     }
 }

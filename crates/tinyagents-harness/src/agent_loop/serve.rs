@@ -15,9 +15,12 @@ use tinyagents_core::{
 use tinyagents_middleware::{GateDecision, ToolCallRequest};
 use tinytools::{RegisteredTool, prepare_arguments};
 
+use super::execute::CallOutcome;
+use super::ledger::Start;
 use super::nested::{Hold, HoldKind, NestedRequest, NestedRunner, NestedStatus};
 use crate::events::EventSink;
 use crate::harness::AgentHarness;
+use tinyagents_ledger::Outcome;
 
 /// An admitted nested call, ready to run.
 struct Admitted<'h> {
@@ -25,6 +28,8 @@ struct Admitted<'h> {
     entry: &'h RegisteredTool,
     hold: Hold,
     kind: HoldKind,
+    /// Settled before a crash: its recorded result answers it.
+    recorded: Option<tinyagents_core::ToolResult>,
 }
 
 impl AgentHarness {
@@ -55,6 +60,7 @@ impl AgentHarness {
             entry,
             hold,
             kind,
+            recorded,
         } = match admitted {
             Ok(admitted) => admitted,
             Err((call, error)) => {
@@ -79,18 +85,24 @@ impl AgentHarness {
             .await;
         let id = call.id.clone();
         let name = call.name.clone();
-        let work = self.execute_call(
-            ctx,
-            call.clone(),
-            entry,
-            Some(&parent),
-            events,
-            Some(runner),
-        );
-        let outcome = tokio::select! {
-            biased;
-            outcome = work => Some(outcome),
-            () = reply.closed() => None,
+        // Observers see the call after it ran; copy it only when there are any.
+        let observed = (!self.middlewares.is_empty()).then(|| call.clone());
+        let replayed = recorded.is_some();
+        let outcome = match recorded {
+            // Settled before a crash: answered from its row, not run again.
+            Some(result) => Some(CallOutcome {
+                result: Ok(result),
+                duration_ms: 0,
+                dropped: false,
+            }),
+            None => {
+                let work = self.execute_call(ctx, call, entry, Some(&parent), events, Some(runner));
+                tokio::select! {
+                    biased;
+                    outcome = work => Some(outcome),
+                    () = reply.closed() => None,
+                }
+            }
         };
         drop(hold);
         let Some(outcome) = outcome else {
@@ -120,10 +132,16 @@ impl AgentHarness {
                 ) {
                     return;
                 }
-                for middleware in &self.middlewares {
-                    middleware
-                        .observe_nested_result(ctx, state, &call, &result)
+                if self.ledger.is_some() && !replayed {
+                    self.settle_row(ctx, events, &id, Outcome::Completed(result.clone()))
                         .await;
+                }
+                if let Some(call) = &observed {
+                    for middleware in &self.middlewares {
+                        middleware
+                            .observe_nested_result(ctx, state, call, &result)
+                            .await;
+                    }
                 }
                 events
                     .emit(|| AgentEvent::ToolCompleted {
@@ -148,6 +166,10 @@ impl AgentHarness {
                 let text = error.to_string();
                 if !runner.end(&id, NestedStatus::Failed, Some(&text)) {
                     return;
+                }
+                if !outcome.dropped {
+                    self.settle_row(ctx, events, &id, Outcome::Failed(text.clone()))
+                        .await;
                 }
                 self.emit_nested_failed(events, &id, &parent, &name, outcome.duration_ms, text)
                     .await;
@@ -266,21 +288,36 @@ impl AgentHarness {
             }
             return Err((call, limit));
         }
-        match runner
+        let (hold, kind) = match runner
             .acquire(parent, &call.name, self.runs_shared(entry))
             .await
         {
-            Ok((hold, kind)) => Ok(Admitted {
-                call,
-                entry,
-                hold,
-                kind,
-            }),
+            Ok(held) => held,
             Err(error) => {
                 ctx.tracker().release_nested_tool_call();
-                Err((call, error))
+                return Err((call, error));
             }
-        }
+        };
+        let hash = self.ledger_hash(&call, true).unwrap_or_default();
+        let recorded = match self.start_row(ctx, events, &call, entry.spec(), hash).await {
+            Start::Run => None,
+            Start::Recorded(result) => Some(result),
+            Start::Refused(text) => {
+                ctx.tracker().release_nested_tool_call();
+                let error = TinyAgentsError::ToolFailed {
+                    tool: call.name.clone(),
+                    message: text,
+                };
+                return Err((call, error));
+            }
+        };
+        Ok(Admitted {
+            call,
+            entry,
+            hold,
+            kind,
+            recorded,
+        })
     }
 
     async fn emit_nested_refused(

@@ -1,0 +1,207 @@
+//! OpenAI-compatible Chat Completions: OpenAI itself and, by base URL,
+//! Ollama, vLLM, llama.cpp's server, OpenRouter and the like.
+//!
+//! A request streams (`"stream": true`, with usage) when the caller listens
+//! for deltas, and is sent whole otherwise; either way the answer is one
+//! [`ChatResponse`]. Tool calls keep the provider's ids; tool results go
+//! back under the id of the call they answer.
+
+mod request;
+mod response;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
+use tinyagents_core::{ChatModel, ChatRequest, ChatResponse, DeltaSink, ModelError};
+
+use crate::http::{Http, HttpOptions};
+use crate::wire::WireFormat;
+
+/// OpenAI's API root.
+pub const OPENAI_BASE_URL: &str = "https://api.openai.com/v1";
+/// Ollama's OpenAI-compatible API root on its default port.
+pub const OLLAMA_BASE_URL: &str = "http://localhost:11434/v1";
+
+/// How to reach an OpenAI-compatible server.
+#[derive(Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct OpenAiConfig {
+    /// The model name sent in each request (a request's
+    /// [`ModelOptions::model`](tinyagents_core::ModelOptions) overrides it).
+    pub model: String,
+    /// The API root; `/chat/completions` is appended.
+    pub base_url: String,
+    /// Sent as `Authorization: Bearer …` when set.
+    pub api_key: Option<String>,
+    /// Name the output cap `max_completion_tokens` (OpenAI) rather than
+    /// `max_tokens` (what most compatible servers read).
+    pub use_max_completion_tokens: bool,
+    /// More headers for every request (`OpenAI-Organization`, OpenRouter's
+    /// `HTTP-Referer`, …).
+    pub headers: Vec<(String, String)>,
+    /// Timeouts, retries and size caps.
+    pub http: HttpOptions,
+}
+
+impl std::fmt::Debug for OpenAiConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OpenAiConfig")
+            .field("model", &self.model)
+            .field("base_url", &self.base_url)
+            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
+            .field("use_max_completion_tokens", &self.use_max_completion_tokens)
+            .field(
+                "headers",
+                &self.headers.iter().map(|(k, _)| k).collect::<Vec<_>>(),
+            )
+            .field("http", &self.http)
+            .finish()
+    }
+}
+
+impl OpenAiConfig {
+    /// OpenAI's API with `model` (set the key with [`Self::with_api_key`]).
+    pub fn openai(model: impl Into<String>) -> Self {
+        Self {
+            use_max_completion_tokens: true,
+            ..Self::compatible(OPENAI_BASE_URL, model)
+        }
+    }
+
+    /// A local Ollama server's OpenAI-compatible API.
+    pub fn ollama(model: impl Into<String>) -> Self {
+        Self::compatible(OLLAMA_BASE_URL, model)
+    }
+
+    /// Any OpenAI-compatible server at `base_url` (e.g. `http://host:8000/v1`).
+    pub fn compatible(base_url: impl Into<String>, model: impl Into<String>) -> Self {
+        Self {
+            model: model.into(),
+            base_url: base_url.into(),
+            api_key: None,
+            use_max_completion_tokens: false,
+            headers: Vec::new(),
+            http: HttpOptions::default(),
+        }
+    }
+
+    /// Sets the API key.
+    #[must_use]
+    pub fn with_api_key(mut self, key: impl Into<String>) -> Self {
+        self.api_key = Some(key.into());
+        self
+    }
+
+    /// Adds a header to every request.
+    #[must_use]
+    pub fn with_header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.headers.push((name.into(), value.into()));
+        self
+    }
+
+    /// Sets timeouts, retries and caps.
+    #[must_use]
+    pub fn with_http(mut self, http: HttpOptions) -> Self {
+        self.http = http;
+        self
+    }
+}
+
+/// A [`ChatModel`] speaking OpenAI's Chat Completions.
+#[derive(Debug, Clone)]
+pub struct OpenAiModel {
+    model: String,
+    max_tokens_key: &'static str,
+    url: String,
+    headers: HeaderMap,
+    http: Http,
+}
+
+impl OpenAiModel {
+    /// A client for `config`. Fails on a header that is not valid HTTP or
+    /// when the TLS client cannot be set up.
+    pub fn new(config: OpenAiConfig) -> Result<Self, ModelError> {
+        let mut headers = HeaderMap::new();
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        if let Some(key) = &config.api_key {
+            let mut value = header_value(&format!("Bearer {key}"), "the API key")?;
+            value.set_sensitive(true);
+            headers.insert(AUTHORIZATION, value);
+        }
+        for (name, value) in &config.headers {
+            let name = HeaderName::from_bytes(name.as_bytes()).map_err(|_| {
+                ModelError::InvalidRequest {
+                    message: format!("invalid header name {name:?}"),
+                }
+            })?;
+            headers.insert(name, header_value(value, "a header value")?);
+        }
+        Ok(Self {
+            url: format!("{}/chat/completions", config.base_url.trim_end_matches('/')),
+            max_tokens_key: if config.use_max_completion_tokens {
+                "max_completion_tokens"
+            } else {
+                "max_tokens"
+            },
+            model: config.model,
+            headers,
+            http: Http::new(config.http)?,
+        })
+    }
+
+    /// The endpoint requests go to.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// The transport settings.
+    pub fn http_options(&self) -> &HttpOptions {
+        self.http.options()
+    }
+}
+
+pub(crate) fn header_value(value: &str, what: &str) -> Result<HeaderValue, ModelError> {
+    HeaderValue::from_str(value).map_err(|_| ModelError::InvalidRequest {
+        message: format!("{what} is not a valid HTTP header value"),
+    })
+}
+
+#[async_trait]
+impl ChatModel for OpenAiModel {
+    fn name(&self) -> &str {
+        &self.model
+    }
+
+    async fn chat(&self, request: ChatRequest<'_>) -> Result<ChatResponse, ModelError> {
+        let stream = request.deltas.is_some();
+        let body = request::encode(&self.model, self.max_tokens_key, &request, stream)?;
+        self.http
+            .send::<Wire>(&self.url, &self.headers, Bytes::from(body), request.deltas)
+            .await
+    }
+}
+
+struct Wire;
+
+impl WireFormat for Wire {
+    type Decoder = response::Decoder;
+
+    fn parse_body(body: &[u8]) -> Result<ChatResponse, ModelError> {
+        response::parse_body(body)
+    }
+}
+
+/// Parses a whole Chat Completions response body (public for fuzzing).
+pub fn parse_response(body: &[u8]) -> Result<ChatResponse, ModelError> {
+    response::parse_body(body)
+}
+
+/// Parses a streamed Chat Completions response, given as the chunks it
+/// arrived in, reporting deltas to `deltas` (public for fuzzing). Events are
+/// capped at 1 MiB, as [`HttpOptions`] does by default.
+pub fn parse_stream<'b>(
+    chunks: impl IntoIterator<Item = &'b [u8]>,
+    deltas: Option<DeltaSink<'_>>,
+) -> Result<ChatResponse, ModelError> {
+    crate::wire::decode_stream::<response::Decoder>(chunks, deltas)
+}

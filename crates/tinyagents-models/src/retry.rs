@@ -1,0 +1,263 @@
+//! When to try a failed request again, and how long to wait first:
+//! exponential backoff with jitter, and the provider's `Retry-After`.
+
+use std::hash::{BuildHasher, Hasher};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use reqwest::header::HeaderMap;
+
+/// How a provider client retries a request that failed with a rate limit
+/// (429), a server error (5xx, 529) or a connection error.
+///
+/// The wait before retry `n` (0-based) is `initial_backoff * 2^n`, capped at
+/// `max_backoff`, then, with `jitter`, drawn uniformly from its upper half.
+/// When the provider sent `Retry-After` (or `retry-after-ms`), that wait is
+/// used instead; one longer than `max_retry_after` is not waited for: the
+/// error is returned at once, carrying the provider's delay.
+///
+/// A streamed response that already delivered deltas is never retried (the
+/// listener would see the text twice), and neither is a timeout (the next
+/// attempt would likely time out too, multiplying the wait).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RetryPolicy {
+    /// Retries after the first attempt (0 disables retrying).
+    pub max_retries: u32,
+    /// The wait before the first retry.
+    pub initial_backoff: Duration,
+    /// The longest computed wait.
+    pub max_backoff: Duration,
+    /// The longest provider-requested wait that is honoured by waiting.
+    pub max_retry_after: Duration,
+    /// Whether waits are randomised (so many clients do not retry in step).
+    pub jitter: bool,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        Self {
+            max_retries: 3,
+            initial_backoff: Duration::from_millis(500),
+            max_backoff: Duration::from_secs(20),
+            max_retry_after: Duration::from_secs(60),
+            jitter: true,
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// A policy that never retries.
+    pub fn none() -> Self {
+        Self {
+            max_retries: 0,
+            ..Self::default()
+        }
+    }
+
+    /// Sets the number of retries.
+    #[must_use]
+    pub fn with_max_retries(mut self, n: u32) -> Self {
+        self.max_retries = n;
+        self
+    }
+
+    /// Sets the first and the longest computed wait.
+    #[must_use]
+    pub fn with_backoff(mut self, initial: Duration, max: Duration) -> Self {
+        self.initial_backoff = initial;
+        self.max_backoff = max.max(initial);
+        self
+    }
+
+    /// Sets the longest provider-requested wait honoured by waiting.
+    #[must_use]
+    pub fn with_max_retry_after(mut self, max: Duration) -> Self {
+        self.max_retry_after = max;
+        self
+    }
+
+    /// Turns jitter on or off.
+    #[must_use]
+    pub fn with_jitter(mut self, jitter: bool) -> Self {
+        self.jitter = jitter;
+        self
+    }
+
+    /// How long to wait before retry number `retry` (0-based), or `None`
+    /// when the provider asked for a longer wait than this policy honours.
+    pub fn delay(&self, retry: u32, retry_after: Option<Duration>) -> Option<Duration> {
+        if let Some(wait) = retry_after {
+            return (wait <= self.max_retry_after).then_some(wait);
+        }
+        let factor = 1u32.checked_shl(retry.min(31)).unwrap_or(u32::MAX);
+        let backoff = self
+            .initial_backoff
+            .checked_mul(factor)
+            .unwrap_or(self.max_backoff)
+            .min(self.max_backoff);
+        if !self.jitter {
+            return Some(backoff);
+        }
+        let half = backoff / 2;
+        let spread = u64::try_from(half.as_nanos()).unwrap_or(u64::MAX);
+        let extra = if spread == 0 {
+            0
+        } else {
+            random_u64() % spread
+        };
+        Some(half + Duration::from_nanos(extra))
+    }
+}
+
+/// A random number from the standard library's randomly keyed hasher, so
+/// jitter needs no extra dependency.
+fn random_u64() -> u64 {
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u64(
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.subsec_nanos().into())
+            .unwrap_or_default(),
+    );
+    hasher.finish()
+}
+
+/// The wait a response asked for: `retry-after-ms` (OpenAI), or
+/// `Retry-After` as seconds or as an HTTP date.
+pub(crate) fn retry_after(headers: &HeaderMap) -> Option<Duration> {
+    if let Some(ms) =
+        header_str(headers, "retry-after-ms").and_then(|v| v.trim().parse::<f64>().ok())
+    {
+        return seconds(ms / 1000.0);
+    }
+    let value = header_str(headers, "retry-after")?.trim();
+    if let Ok(secs) = value.parse::<f64>() {
+        return seconds(secs);
+    }
+    let at = parse_http_date(value)?;
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).ok()?.as_secs();
+    Some(Duration::from_secs(at.saturating_sub(now)))
+}
+
+fn header_str<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    headers.get(name)?.to_str().ok()
+}
+
+fn seconds(secs: f64) -> Option<Duration> {
+    (secs.is_finite() && secs >= 0.0)
+        .then(|| Duration::try_from_secs_f64(secs.min(1e9)).ok())
+        .flatten()
+}
+
+/// Seconds since the epoch of an IMF-fixdate (`Sun, 06 Nov 1994 08:49:37 GMT`),
+/// the form HTTP requires senders to use.
+fn parse_http_date(value: &str) -> Option<u64> {
+    let mut parts = value.split_whitespace();
+    let _weekday = parts.next()?;
+    let day: u64 = parts.next()?.parse().ok()?;
+    let month = match parts.next()? {
+        "Jan" => 1,
+        "Feb" => 2,
+        "Mar" => 3,
+        "Apr" => 4,
+        "May" => 5,
+        "Jun" => 6,
+        "Jul" => 7,
+        "Aug" => 8,
+        "Sep" => 9,
+        "Oct" => 10,
+        "Nov" => 11,
+        "Dec" => 12,
+        _ => return None,
+    };
+    let year: u64 = parts.next()?.parse().ok()?;
+    let mut hms = parts.next()?.split(':').map(|p| p.parse::<u64>().ok());
+    let (h, m, s) = (hms.next()??, hms.next()??, hms.next()??);
+    if parts.next()? != "GMT"
+        || !(1..=31).contains(&day)
+        || !(1970..=9999).contains(&year)
+        || h > 23
+        || m > 59
+        || s > 60
+    {
+        return None;
+    }
+    Some(days_from_civil(year, month, day) * 86_400 + h * 3600 + m * 60 + s)
+}
+
+/// Days from 1970-01-01 to a date of the proleptic Gregorian calendar
+/// (Howard Hinnant's algorithm), for years from 1970 on.
+fn days_from_civil(year: u64, month: u64, day: u64) -> u64 {
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y / 400;
+    let yoe = y - era * 400;
+    let mp = (month + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    (era * 146_097 + doe).saturating_sub(719_468)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use reqwest::header::HeaderValue;
+
+    #[test]
+    fn backoff_doubles_up_to_the_cap_and_jitter_stays_in_the_upper_half() {
+        let policy = RetryPolicy::default()
+            .with_backoff(Duration::from_millis(100), Duration::from_millis(350))
+            .with_jitter(false);
+        let waits: Vec<_> = (0..4)
+            .map(|n| policy.delay(n, None).unwrap().as_millis())
+            .collect();
+        assert_eq!(waits, [100, 200, 350, 350]);
+        assert_eq!(policy.delay(1000, None), Some(Duration::from_millis(350)));
+        let jittered = policy.with_jitter(true);
+        for n in 0..50 {
+            let wait = jittered.delay(n % 3, None).unwrap();
+            let full = Duration::from_millis([100, 200, 350][(n % 3) as usize]);
+            assert!(wait >= full / 2 && wait <= full, "{wait:?} vs {full:?}");
+        }
+    }
+
+    #[test]
+    fn retry_after_wins_unless_it_is_too_long() {
+        let policy = RetryPolicy::default().with_max_retry_after(Duration::from_secs(10));
+        assert_eq!(
+            policy.delay(0, Some(Duration::from_secs(3))),
+            Some(Duration::from_secs(3))
+        );
+        assert_eq!(policy.delay(0, Some(Duration::from_secs(11))), None);
+    }
+
+    #[test]
+    fn reads_retry_after_in_every_form() {
+        let mut headers = HeaderMap::new();
+        headers.insert("retry-after", HeaderValue::from_static("7"));
+        assert_eq!(retry_after(&headers), Some(Duration::from_secs(7)));
+        headers.insert("retry-after-ms", HeaderValue::from_static("1500"));
+        assert_eq!(retry_after(&headers), Some(Duration::from_millis(1500)));
+        headers.clear();
+        headers.insert(
+            "retry-after",
+            HeaderValue::from_static("Sun, 06 Nov 1994 08:49:37 GMT"),
+        );
+        assert_eq!(retry_after(&headers), Some(Duration::ZERO));
+        assert_eq!(
+            parse_http_date("Sun, 06 Nov 1994 08:49:37 GMT"),
+            Some(784_111_777)
+        );
+        assert_eq!(parse_http_date("Thu, 01 Jan 1970 00:00:00 GMT"), Some(0));
+        for junk in [
+            "",
+            "-1",
+            "NaN",
+            "inf",
+            "soon",
+            "Sun, 99 Nov 1994 08:49:37 GMT",
+        ] {
+            headers.insert("retry-after", HeaderValue::from_str(junk).unwrap());
+            assert_eq!(retry_after(&headers), None, "{junk}");
+        }
+    }
+}
