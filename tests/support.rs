@@ -141,6 +141,9 @@ pub enum Behaviour {
     Return(ToolResult),
     /// Reports progress twice, then answers.
     Progress,
+    /// The first call notifies and never ends (a crash happens while it
+    /// runs); later calls answer `ok <tag>`.
+    BlockOnce(Arc<tokio::sync::Notify>),
 }
 
 /// A tiny append-only log without extra dependencies.
@@ -231,6 +234,13 @@ impl Tool for ProbeTool {
             Behaviour::Panic => panic!("probe panicked on purpose"),
             Behaviour::Raise(message) => Err(anyhow::anyhow!(message.clone())),
             Behaviour::Return(result) => Ok(result.clone()),
+            Behaviour::BlockOnce(started) => {
+                if self.calls.load(Ordering::SeqCst) == 1 {
+                    started.notify_one();
+                    std::future::pending::<()>().await;
+                }
+                Ok(ToolResult::text(format!("ok {tag}")))
+            }
             Behaviour::Progress => {
                 let ctx = context.expect("context");
                 ctx.report_progress(Some(0.5), "halfway");

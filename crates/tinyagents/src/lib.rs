@@ -10,8 +10,10 @@
 //! | [`tinyagents_core`] | ids, calls, results, messages, events, errors, limits, the shared budget, the `ChatModel` seam |
 //! | [`tinytools`] | the `Tool` trait, specs, the registry, argument preparation, typed tools |
 //! | [`middleware`] | lifecycle hooks, the `wrap_tool` onion, the security gate, built-in policies |
+//! | [`ledger`] | the effect ledger: started/settled rows, checkpoints, recovery queries (memory, SQLite) |
 //! | [`harness`] | `AgentHarness`: the agent loop |
 //! | [`models`] | `ScriptedModel` and real providers |
+//! | [`orchestrator`] | agents exposed to agents as tools: definitions, the build walk, child sessions, delegated governance |
 //!
 //! ```
 //! use std::sync::Arc;
@@ -41,16 +43,25 @@ pub use tinyagents_core::*;
 #[doc(inline)]
 pub use tinyagents_harness::*;
 #[doc(inline)]
+pub use tinyagents_ledger::{
+    CallStatus, Checkpoint, EffectLedger, LedgerError, LedgerFailure, LedgerRow, MemoryLedger,
+    Outcome, PruneReport, SqliteLedger, SqliteOptions, StartedRow, StoredResult,
+};
+#[doc(inline)]
 pub use tinyagents_middleware::*;
 #[doc(inline)]
 pub use tinyagents_models::*;
+#[doc(inline)]
+pub use tinyagents_orchestrator::*;
 #[doc(inline)]
 pub use tinytools::*;
 
 pub use tinyagents_core;
 pub use tinyagents_harness as harness;
+pub use tinyagents_ledger as ledger;
 pub use tinyagents_middleware as middleware;
 pub use tinyagents_models as models;
+pub use tinyagents_orchestrator as orchestrator;
 pub use tinytools;
 
 /// The attribute `Tool`, `Middleware` and `ChatModel` impls carry.

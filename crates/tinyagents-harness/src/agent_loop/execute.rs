@@ -121,11 +121,14 @@ impl AgentHarness {
                 let runner = runner.as_ref();
                 let call = call.clone();
                 let future: BoxFuture<'_, Done> = Box::pin(async move {
-                    Done::Call(
-                        index,
-                        self.execute_call(ctx, call, entry, None, events, runner)
-                            .await,
-                    )
+                    let id = call.id.clone();
+                    let outcome = self
+                        .execute_call(ctx, call, entry, None, events, runner)
+                        .await;
+                    // Settled as soon as it ends, so a crash later in the turn
+                    // does not put a finished call in doubt.
+                    self.settle_model_call(ctx, events, &id, &outcome).await;
+                    Done::Call(index, outcome)
                 });
                 future
             })

@@ -5,7 +5,6 @@ use tinyagents_core::{
     AgentEvent, Message, RunContext, RunStatus, State, TinyAgentsError, ToolCall, ToolControl,
     ToolResult,
 };
-use tinyagents_ledger::Outcome;
 use tinytools::{RegisteredTool, ToolErrorPolicy, cut};
 
 use super::execute::CallOutcome;
@@ -181,14 +180,6 @@ impl AgentHarness {
                     metadata: result.metadata.clone(),
                 })
                 .await;
-        }
-        if self.ledger.is_some() && !outcome.dropped {
-            let settled = if failed {
-                Outcome::Failed(result.content.clone())
-            } else {
-                Outcome::Completed(result.clone())
-            };
-            self.settle_row(ctx, events, &call.id, settled).await;
         }
         if (failed || result.is_error) && entry.spec().error_policy == ToolErrorPolicy::EndRun {
             fold.fatal

@@ -13,6 +13,7 @@ use tinyagents_core::{
 use tinyagents_ledger::{LedgerError, LedgerFailure, Outcome, StartedRow};
 use tinytools::ToolSpec;
 
+use super::execute::CallOutcome;
 use super::{RunAcc, Slot};
 use crate::ResumeOptions;
 use crate::events::EventSink;
@@ -99,19 +100,20 @@ impl AgentHarness {
             Err(error) => error,
         };
         match error {
-            LedgerError::AlreadySettled { .. } => match ledger.get(&ctx.run_id, &call.id).await {
-                Ok(Some(row)) => match row.result {
-                    Some(stored) => Start::Recorded(stored.to_tool_result()),
-                    None => Start::Refused(format!(
-                        "refused: call {} settled before, and its recorded result could not be read",
-                        call.id
+            // A settled call is answered from its row, also in a run that
+            // has since finished (a deferred state resumed twice).
+            settled @ (LedgerError::AlreadySettled { .. } | LedgerError::RunFinished { .. }) => {
+                match ledger.get(&ctx.run_id, &call.id).await {
+                    Ok(Some(row)) => match row.result {
+                        Some(stored) => Start::Recorded(stored.to_tool_result()),
+                        None => Start::Refused(format!("refused: {settled}")),
+                    },
+                    Ok(None) => Start::Refused(format!("refused: {settled}")),
+                    Err(read) => Start::Refused(format!(
+                        "refused: {settled}; its recorded result could not be read: {read}"
                     )),
-                },
-                Ok(None) | Err(_) => Start::Refused(format!(
-                    "refused: call {} settled before, and its row could not be read",
-                    call.id
-                )),
-            },
+                }
+            }
             refused @ LedgerError::ReplayRefused { .. } => {
                 let text = format!("interrupted, outcome unknown: {refused}");
                 self.settle_row(ctx, events, &call.id, Outcome::Interrupted(text.clone()))
@@ -159,6 +161,32 @@ impl AgentHarness {
                 })
                 .await;
         }
+    }
+
+    /// Settles a model-issued call's row as it ends, with every middleware's
+    /// redaction applied to what is stored. A call dropped mid-flight, or
+    /// one that asked for approval (it will run once approved), stays started.
+    pub(crate) async fn settle_model_call(
+        &self,
+        ctx: &RunContext,
+        events: &EventSink,
+        call_id: &CallId,
+        outcome: &CallOutcome,
+    ) {
+        if self.ledger.is_none() || outcome.dropped {
+            return;
+        }
+        let settled = match &outcome.result {
+            Ok(result) => {
+                let mut stored = result.clone();
+                stored.content = self.scrubbed(stored.content);
+                stored.metadata = stored.metadata.as_ref().map(|m| self.redacted(m));
+                Outcome::Completed(stored)
+            }
+            Err(TinyAgentsError::ApprovalRequired { .. }) => return,
+            Err(error) => Outcome::Failed(self.scrubbed(error.to_string())),
+        };
+        self.settle_row(ctx, events, call_id, settled).await;
     }
 
     /// Checkpoints the run at a turn boundary: the transcript up to the

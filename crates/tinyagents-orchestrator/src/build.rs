@@ -1,0 +1,258 @@
+//! Building one agent from its definition: the restricted shape of a
+//! delegated build, or the full shape of the requested agent.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use tinyagents_core::{ChatModel, RunLimits};
+use tinyagents_harness::{AgentHarness, AgentHarnessBuilder};
+use tinyagents_ledger::{EffectLedger, LedgerFailure};
+use tinytools::Tool;
+
+use crate::agent::{Agent, AgentRole, PostureBuild};
+use crate::compaction::{HistoryReducer, KeepLastMessages};
+use crate::context::{ContextProvider, attaches};
+use crate::definition::{AgentDefinition, Compaction};
+use crate::error::BuildError;
+use crate::governance::{ApprovalHold, FunctionLoopCaps, ToolSelection};
+use crate::provider::{AgentAsToolProvider, AgentToolOptions};
+use crate::request::AgentBuildRequest;
+use crate::session::SessionManager;
+use crate::workspace::WorkspaceWrap;
+
+/// What every build of an orchestrator shares.
+pub(crate) struct BuildContext<'a> {
+    pub(crate) request: &'a AgentBuildRequest,
+    pub(crate) limits: &'a RunLimits,
+    pub(crate) max_consecutive_errors: u32,
+    pub(crate) detailed_errors: bool,
+    pub(crate) tool_options: AgentToolOptions,
+    pub(crate) sessions: &'a Arc<SessionManager>,
+    pub(crate) reducers: &'a HashMap<String, Arc<dyn HistoryReducer>>,
+    pub(crate) ledger: Option<&'a Arc<dyn EffectLedger>>,
+    pub(crate) ledger_failure: LedgerFailure,
+}
+
+/// What does not depend on the posture.
+struct Shape {
+    model: Arc<dyn ChatModel>,
+    instruction: String,
+    options: tinyagents_core::ModelOptions,
+    providers: Vec<Arc<dyn ContextProvider>>,
+    workspaces: Arc<[std::path::PathBuf]>,
+}
+
+impl BuildContext<'_> {
+    /// Builds `definition` in `role`, offering `children` as agent tools.
+    pub(crate) fn build(
+        &self,
+        definition: &Arc<AgentDefinition>,
+        role: AgentRole,
+        children: Vec<Arc<Agent>>,
+    ) -> Result<Agent, BuildError> {
+        let active = role == AgentRole::Active;
+        let shape = self.shape(definition, active)?;
+        let provider = AgentAsToolProvider::new(children, Arc::clone(self.sessions))
+            .with_options(self.tool_options);
+        let open = if definition.is_local_only {
+            None
+        } else {
+            Some(self.posture(definition, active, false, &shape, &provider)?)
+        };
+        let air_gapped = self.posture(definition, active, true, &shape, &provider)?;
+        Ok(Agent {
+            definition: Arc::clone(definition),
+            role,
+            open,
+            air_gapped,
+            children: provider.agents().to_vec(),
+            reducer: self.reducer(definition)?,
+            workspaces: shape.workspaces,
+            context_providers: shape
+                .providers
+                .iter()
+                .map(|p| p.name().to_owned())
+                .collect(),
+            host_middleware: self.request.run_middleware.clone(),
+            host_tool_middleware: self.request.tool_middleware.clone(),
+        })
+    }
+
+    fn shape(&self, definition: &AgentDefinition, active: bool) -> Result<Shape, BuildError> {
+        let model = self.request.models.model_for(definition)?;
+        let mut options = definition.model_options.clone();
+        if let (true, Some(customize)) = (active, &self.request.options_customizer) {
+            customize(&mut options);
+        }
+        let providers: Vec<Arc<dyn ContextProvider>> = self
+            .request
+            .context_providers
+            .providers(definition)
+            .into_iter()
+            .filter(|p| attaches(p.as_ref(), definition, active))
+            .collect();
+        let mut instruction = definition.resolved_instruction();
+        for text in providers.iter().filter_map(|p| p.instructions()) {
+            if !instruction.is_empty() {
+                instruction.push_str("\n\n");
+            }
+            instruction.push_str(&text);
+        }
+        let workspaces = self.request.workspaces.resolve(definition)?;
+        Ok(Shape {
+            model,
+            instruction,
+            options,
+            providers,
+            workspaces: Arc::from(workspaces),
+        })
+    }
+
+    fn reducer(
+        &self,
+        definition: &AgentDefinition,
+    ) -> Result<Option<Arc<dyn HistoryReducer>>, BuildError> {
+        Ok(match &definition.compaction {
+            Compaction::None => None,
+            Compaction::KeepLastMessages { count } => Some(Arc::new(KeepLastMessages::new(*count))),
+            Compaction::Custom { name } => {
+                Some(self.reducers.get(name).cloned().ok_or_else(|| {
+                    BuildError::UnknownReducer {
+                        agent: definition.id.clone(),
+                        name: name.clone(),
+                    }
+                })?)
+            }
+        })
+    }
+
+    fn posture(
+        &self,
+        definition: &AgentDefinition,
+        active: bool,
+        air_gapped: bool,
+        shape: &Shape,
+        provider: &AgentAsToolProvider,
+    ) -> Result<PostureBuild, BuildError> {
+        let mut selection = ToolSelection::default();
+        let mut seen = HashSet::new();
+        for name in &definition.tools {
+            if seen.insert(name.as_str()) {
+                selection.consider(
+                    definition,
+                    name,
+                    self.request.tools.get(name),
+                    active,
+                    air_gapped,
+                );
+            }
+        }
+        for tool in shape.providers.iter().flat_map(|p| p.tools()) {
+            let name = tool.spec().name.clone();
+            selection.consider(definition, &name, Some(&tool), active, air_gapped);
+        }
+
+        let mut builder = AgentHarness::builder(Arc::clone(&shape.model))
+            .agent_id(definition.id.clone())
+            .model_options(shape.options.clone())
+            .limits(self.limits.clone())
+            .include_detailed_errors(self.detailed_errors)
+            .middleware(Arc::new(FunctionLoopCaps::new(self.max_consecutive_errors)));
+        if let Some(ledger) = self.ledger {
+            builder = builder
+                .ledger(Arc::clone(ledger))
+                .ledger_failure(self.ledger_failure);
+        }
+        if !shape.instruction.is_empty() {
+            builder = builder.system_prompt(shape.instruction.clone());
+        }
+        if !selection.needs_approval.is_empty() {
+            builder = builder.middleware(Arc::new(ApprovalHold::new(std::mem::take(
+                &mut selection.needs_approval,
+            ))));
+        }
+        for middleware in &self.request.run_middleware {
+            builder = builder.middleware(Arc::clone(middleware));
+        }
+        for middleware in shape.providers.iter().filter_map(|p| p.middleware()) {
+            builder = builder.middleware(middleware);
+        }
+        if !shape.workspaces.is_empty() {
+            let wrap = WorkspaceWrap::new(Arc::clone(&shape.workspaces));
+            builder = builder.tool_middleware(Arc::new(wrap));
+        }
+        for layer in &self.request.tool_middleware {
+            builder = builder.tool_middleware(Arc::clone(layer));
+        }
+
+        let mut names: HashMap<String, String> = HashMap::new();
+        let mut tools = Vec::with_capacity(selection.included.len());
+        for tool in &selection.included {
+            let name = tool.spec().name.clone();
+            claim(definition, &mut names, &name, &name)?;
+            register(definition, &mut builder, Arc::clone(tool))?;
+            tools.push(name);
+        }
+        let mut offered = HashSet::new();
+        for tool in provider.tools(air_gapped) {
+            // The provider keeps duplicates; a harness offers each agent
+            // once (the spec asks callers to deduplicate).
+            if !offered.insert(Arc::as_ptr(tool.agent()) as usize) {
+                continue;
+            }
+            let name = tool.spec().name.clone();
+            claim(definition, &mut names, &name, tool.agent_id().as_str())?;
+            register(definition, &mut builder, tool)?;
+        }
+
+        builder = match &self.request.agent_customizer {
+            Some(customize) => customize(definition, builder),
+            None => builder,
+        };
+        if let (true, Some(customize)) = (active, &self.request.builder_customizer) {
+            builder = customize(builder);
+        }
+        let harness = builder.build().map_err(|source| BuildError::Harness {
+            agent: definition.id.clone(),
+            source,
+        })?;
+        Ok(PostureBuild {
+            harness,
+            tools,
+            omitted: selection.omitted,
+        })
+    }
+}
+
+/// Records that `what` takes the tool name `name`, refusing a second taker.
+fn claim(
+    definition: &AgentDefinition,
+    names: &mut HashMap<String, String>,
+    name: &str,
+    what: &str,
+) -> Result<(), BuildError> {
+    if let Some(first) = names.get(name) {
+        return Err(BuildError::DuplicateToolName {
+            agent: definition.id.clone(),
+            name: name.to_owned(),
+            first: first.clone(),
+            second: what.to_owned(),
+        });
+    }
+    names.insert(name.to_owned(), what.to_owned());
+    Ok(())
+}
+
+fn register(
+    definition: &AgentDefinition,
+    builder: &mut AgentHarnessBuilder,
+    tool: Arc<dyn Tool>,
+) -> Result<(), BuildError> {
+    builder
+        .register(tool)
+        .map(|_| ())
+        .map_err(|source| BuildError::Harness {
+            agent: definition.id.clone(),
+            source,
+        })
+}

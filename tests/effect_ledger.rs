@@ -1,0 +1,751 @@
+//! The effect ledger through the harness: started and settled rows for
+//! model-issued and nested calls, `LedgerFailure`, recovery of a run whose
+//! process died mid-tool, and resuming a deferred state twice.
+#![allow(missing_docs, clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use serde_json::{Value, json};
+use tinyagents::prelude::*;
+use tinyagents::{
+    CallStatus, EffectLedger, HumanApprovalMiddleware, LedgerFailure, MemoryLedger, ResumeOptions,
+    RunId, StartedRow, ToolExecutionContext, ToolReplay, args_hash, tinytools,
+};
+use tinyagents_tests::*;
+
+fn harness_with(
+    model: Vec<ChatResponse>,
+    ledger: Arc<dyn EffectLedger>,
+    tools: Vec<Arc<dyn Tool>>,
+    configure: impl FnOnce(tinyagents::AgentHarnessBuilder) -> tinyagents::AgentHarnessBuilder,
+) -> AgentHarness {
+    let mut builder = AgentHarness::builder(Arc::new(ScriptedModel::new(model)))
+        .ledger(ledger)
+        .limits(RunLimits::default().with_max_nested_depth(2));
+    for tool in tools {
+        builder.register(tool).unwrap();
+    }
+    configure(builder).build().unwrap()
+}
+
+/// Runs until `started` fires, then drops the run: the process "died"
+/// while the tool ran.
+async fn crash_when(harness: &AgentHarness, run_id: &str, started: &tokio::sync::Notify) {
+    let events = EventSink::none();
+    let run = harness.run_with(
+        RunRequest::new("go").with_run_id(RunId::from(run_id)),
+        &events,
+    );
+    tokio::select! {
+        _ = run => panic!("the run was meant to crash while its tool ran"),
+        () = started.notified() => {}
+    }
+}
+
+#[tokio::test]
+async fn every_model_issued_call_gets_a_started_and_a_settled_row() {
+    let ledger = Arc::new(MemoryLedger::new());
+    let model = vec![
+        ScriptedModel::tool_calls([
+            ("add", json!({"a": 1, "b": 1})),
+            ("add", json!({"a": 2, "b": 2})),
+        ]),
+        ChatResponse::text("done"),
+    ];
+    let harness = AgentHarness::builder(Arc::new(ScriptedModel::new(model)))
+        .ledger(ledger.clone())
+        .tool(add_tool())
+        .unwrap()
+        .build()
+        .unwrap();
+    let run = harness
+        .run_with(
+            RunRequest::new("go").with_run_id(RunId::from("r1")),
+            &EventSink::none(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(run.status, RunStatus::Completed);
+    let rows = ledger.rows(&RunId::from("r1")).await.unwrap();
+    let summary: Vec<(String, CallStatus, String)> = rows
+        .iter()
+        .map(|r| {
+            (
+                r.call_id.to_string(),
+                r.status,
+                r.result.as_ref().unwrap().content.clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        summary,
+        [
+            ("p1".into(), CallStatus::Completed, "2".into()),
+            ("p2".into(), CallStatus::Completed, "4".into())
+        ]
+    );
+    assert_eq!(rows[0].args_hash, args_hash(&json!({"a": 1, "b": 1})));
+    assert_eq!(rows[0].replay, ToolReplay::Safe);
+    assert!(
+        ledger
+            .unresolved(&RunId::from("r1"))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(
+        !ledger
+            .unfinished_runs()
+            .await
+            .unwrap()
+            .contains(&RunId::from("r1")),
+        "a completed run is marked finished"
+    );
+}
+
+#[tokio::test]
+async fn abort_refuses_a_call_whose_started_row_cannot_be_written() {
+    let ledger = Arc::new(MemoryLedger::new());
+    ledger.refuse_started(true);
+    let probe = ProbeTool::new("pay", false, Behaviour::Yield(0));
+    let model = vec![turn(&[probe_call("pay", "a")]), ChatResponse::text("done")];
+    let harness = harness_with(model, ledger, vec![probe.clone()], |b| b);
+    let run = harness.run("go").await.unwrap();
+    let (_, content, is_error) = &tool_results(&run.messages)[0];
+    assert!(is_error);
+    assert!(
+        content
+            .starts_with("refused: the effect ledger could not record the call, so it was not run"),
+        "{content}"
+    );
+    assert_eq!(
+        probe.calls.load(Ordering::SeqCst),
+        0,
+        "fail closed: the tool never ran"
+    );
+}
+
+#[tokio::test]
+async fn continue_runs_the_call_and_warns_when_the_started_row_fails() {
+    let ledger = Arc::new(MemoryLedger::new());
+    ledger.refuse_started(true);
+    let probe = ProbeTool::new("pay", false, Behaviour::Yield(0));
+    let model = vec![turn(&[probe_call("pay", "a")]), ChatResponse::text("done")];
+    let harness = harness_with(model, ledger, vec![probe.clone()], |b| {
+        b.ledger_failure(LedgerFailure::Continue)
+    });
+    let (run, events) = run_collecting(&harness, RunRequest::new("go")).await;
+    assert_eq!(tool_results(&run.unwrap().messages)[0].1, "ok a");
+    assert_eq!(probe.calls.load(Ordering::SeqCst), 1);
+    assert!(events.iter().any(|e| matches!(e, AgentEvent::Warning { message } if message.contains("without a started row"))));
+}
+
+#[tokio::test]
+async fn recovery_answers_settled_calls_refuses_never_calls_and_reruns_safe_ones() {
+    let ledger = Arc::new(MemoryLedger::new());
+    let started = Arc::new(tokio::sync::Notify::new());
+    let add = ProbeTool::new("lookup", true, Behaviour::Yield(0))
+        .with_spec(|s| s.replay(ToolReplay::Safe));
+    let fetch = ProbeTool::new("fetch", false, Behaviour::BlockOnce(started.clone()))
+        .with_spec(|s| s.replay(ToolReplay::Safe));
+    let model = vec![
+        turn(&[probe_call("lookup", "a"), probe_call("fetch", "f")]),
+        ChatResponse::text("unreachable"),
+    ];
+    let first = harness_with(
+        model,
+        ledger.clone(),
+        vec![add.clone(), fetch.clone()],
+        |b| b,
+    );
+    crash_when(&first, "crashed-safe", &started).await;
+
+    let run_id = RunId::from("crashed-safe");
+    let in_doubt: Vec<String> = ledger
+        .unresolved(&run_id)
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.call_id.to_string())
+        .collect();
+    assert_eq!(
+        in_doubt,
+        ["p2"],
+        "the lookup settled before the crash; the fetch is in doubt"
+    );
+
+    // A new process: a new harness over the same ledger.
+    let second = harness_with(
+        vec![ChatResponse::text("recovered")],
+        ledger.clone(),
+        vec![add.clone(), fetch.clone()],
+        |b| b,
+    );
+    let run = second
+        .recover(&run_id, ResumeOptions::default(), &EventSink::none())
+        .await
+        .unwrap();
+    assert_eq!(run.status, RunStatus::Completed);
+    assert_eq!(run.final_text, "recovered");
+    assert_transcript_paired(&run.messages);
+    let results = tool_results(&run.messages);
+    assert_eq!(
+        results[0].1, "ok a",
+        "the settled call is answered from its row"
+    );
+    assert_eq!(
+        results[1].1, "ok f",
+        "the replay-safe call in doubt ran again"
+    );
+    assert_eq!(
+        add.calls.load(Ordering::SeqCst),
+        1,
+        "a settled call never runs twice"
+    );
+    assert_eq!(fetch.calls.load(Ordering::SeqCst), 2);
+    let row = ledger
+        .get(&run_id, &tinyagents::CallId::new("p2"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((row.status, row.attempts), (CallStatus::Completed, 2));
+}
+
+#[tokio::test]
+async fn recovery_gives_a_never_replay_call_in_doubt_an_interrupted_result() {
+    let ledger = Arc::new(MemoryLedger::new());
+    let started = Arc::new(tokio::sync::Notify::new());
+    let pay = ProbeTool::new("pay", false, Behaviour::BlockOnce(started.clone()));
+    assert_eq!(
+        pay.spec().replay,
+        ToolReplay::Never,
+        "the default replay class"
+    );
+    let model = vec![
+        turn(&[probe_call("pay", "p")]),
+        ChatResponse::text("unreachable"),
+    ];
+    let first = harness_with(model, ledger.clone(), vec![pay.clone()], |b| b);
+    crash_when(&first, "crashed-pay", &started).await;
+
+    let second = harness_with(
+        vec![ChatResponse::text("told the user")],
+        ledger.clone(),
+        vec![pay.clone()],
+        |b| b,
+    );
+    let run_id = RunId::from("crashed-pay");
+    let run = second
+        .recover(&run_id, ResumeOptions::default(), &EventSink::none())
+        .await
+        .unwrap();
+    assert_transcript_paired(&run.messages);
+    let (_, content, is_error) = &tool_results(&run.messages)[0];
+    assert!(
+        *is_error && content.starts_with("interrupted, outcome unknown"),
+        "{content}"
+    );
+    assert_eq!(
+        pay.calls.load(Ordering::SeqCst),
+        1,
+        "the payment was not repeated"
+    );
+    let row = ledger
+        .get(&run_id, &tinyagents::CallId::new("p1"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(row.status, CallStatus::Interrupted);
+    // Recovering again changes nothing: the call is resolved.
+    let third = harness_with(
+        vec![ChatResponse::text("again")],
+        ledger.clone(),
+        vec![pay.clone()],
+        |b| b,
+    );
+    let again = third
+        .recover(&run_id, ResumeOptions::default(), &EventSink::none())
+        .await
+        .unwrap();
+    assert!(
+        tool_results(&again.messages)[0]
+            .1
+            .starts_with("interrupted, outcome unknown")
+    );
+    assert_eq!(pay.calls.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn a_replayed_call_whose_tool_or_arguments_differ_from_its_row_is_refused() {
+    let ledger = Arc::new(MemoryLedger::new());
+    let run_id = RunId::from("mismatch");
+    ledger
+        .record_started(StartedRow::new(
+            run_id.clone(),
+            tinyagents::CallId::new("p1"),
+            "add",
+            args_hash(&json!({"a": 9, "b": 9})),
+            ToolReplay::Safe,
+        ))
+        .await
+        .unwrap();
+    let model = vec![
+        ScriptedModel::tool_call("add", json!({"a": 1, "b": 1})),
+        ChatResponse::text("done"),
+    ];
+    let harness = AgentHarness::builder(Arc::new(ScriptedModel::new(model)))
+        .ledger(ledger)
+        .tool(add_tool())
+        .unwrap()
+        .build()
+        .unwrap();
+    let run = harness
+        .run_with(
+            RunRequest::new("go").with_run_id(run_id),
+            &EventSink::none(),
+        )
+        .await
+        .unwrap();
+    let (_, content, is_error) = &tool_results(&run.messages)[0];
+    assert!(
+        *is_error
+            && content.starts_with("refused: call p1 of run mismatch was recorded as tool 'add'"),
+        "{content}"
+    );
+}
+
+#[tokio::test]
+async fn resuming_the_same_deferred_state_twice_runs_the_approved_call_once() {
+    let ledger = Arc::new(MemoryLedger::new());
+    let pay = ProbeTool::new("pay", false, Behaviour::Yield(0));
+    let build = |responses: Vec<ChatResponse>| {
+        harness_with(responses, ledger.clone(), vec![pay.clone()], |b| {
+            b.middleware(Arc::new(HumanApprovalMiddleware::new().require("pay")))
+        })
+    };
+    let first = build(vec![
+        turn(&[probe_call("pay", "once")]),
+        ChatResponse::text("done"),
+    ]);
+    let suspended = first
+        .run("go")
+        .await
+        .unwrap()
+        .suspended
+        .expect("waits for approval");
+    let approve: Vec<_> = suspended.pending().map(|p| p.approve()).collect();
+    let stored = serde_json::to_string(&suspended).unwrap();
+
+    let resumed = build(vec![ChatResponse::text("paid")])
+        .resume(
+            serde_json::from_str(&stored).unwrap(),
+            &approve,
+            ResumeOptions::default(),
+            &EventSink::none(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(resumed.final_text, "paid");
+    let again = build(vec![ChatResponse::text("paid again?")])
+        .resume(
+            serde_json::from_str(&stored).unwrap(),
+            &approve,
+            ResumeOptions::default(),
+            &EventSink::none(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        tool_results(&again.messages)[0].1,
+        "ok once",
+        "the second resume reads the recorded result"
+    );
+    assert_eq!(
+        pay.calls.load(Ordering::SeqCst),
+        1,
+        "the approved call ran exactly once"
+    );
+}
+
+#[tokio::test]
+async fn a_tool_receives_its_calls_idempotency_key() {
+    let ledger = Arc::new(MemoryLedger::new());
+    let seen = Arc::new(std::sync::Mutex::new(None));
+    let seen_in_tool = seen.clone();
+    let tool = FnTool::with_context(
+        "charge",
+        "Charges.",
+        move |args: AddArgs, ctx: Option<ToolRunContext>| {
+            let seen = seen_in_tool.clone();
+            async move {
+                *seen.lock().unwrap() = ctx.and_then(|c| c.idempotency_key().cloned());
+                anyhow::Ok(format!("{}", args.a + args.b))
+            }
+        },
+    );
+    let model = vec![
+        ScriptedModel::tool_call("charge", json!({"a": 1, "b": 2})),
+        ChatResponse::text("done"),
+    ];
+    let harness = AgentHarness::builder(Arc::new(ScriptedModel::new(model)))
+        .ledger(ledger.clone())
+        .tool(tool)
+        .unwrap()
+        .build()
+        .unwrap();
+    harness
+        .run_with(
+            RunRequest::new("go").with_run_id(RunId::from("idem")),
+            &EventSink::none(),
+        )
+        .await
+        .unwrap();
+    let key = seen.lock().unwrap().clone().expect("a key");
+    let row = ledger
+        .get(&RunId::from("idem"), &tinyagents::CallId::new("p1"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((key.run_id.as_str(), key.call_id.as_str()), ("idem", "p1"));
+    assert_eq!(key.args_hash, row.args_hash);
+}
+
+// ---- nested calls (NT-20, NT-43, NT-44) ----
+
+/// A tool that calls `target` with `args` through the harness and reports
+/// what came back (or the refusal).
+struct Caller {
+    spec: ToolSpec,
+    target: &'static str,
+    args: Value,
+    wait_ms: Option<u64>,
+}
+
+impl Caller {
+    fn new(target: &'static str, args: Value) -> Arc<Self> {
+        Arc::new(Self {
+            spec: ToolSpec::new("caller", "Calls another tool.", json!({"type": "object"})),
+            target,
+            args,
+            wait_ms: None,
+        })
+    }
+}
+
+#[async_trait]
+impl Tool for Caller {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    async fn execute_with_context(
+        &self,
+        _args: Value,
+        _opts: ToolCallOptions,
+        context: Option<&ToolRunContext>,
+    ) -> anyhow::Result<ToolResult> {
+        let harness = context
+            .and_then(tinytools::ToolRunContext::host_extension)
+            .and_then(|any| any.downcast_ref::<ToolExecutionContext>())
+            .expect("installed by the agent loop");
+        let call = harness.call_tool(self.target, self.args.clone());
+        let answer = match self.wait_ms {
+            Some(ms) => {
+                match tokio::time::timeout(std::time::Duration::from_millis(ms), call).await {
+                    Ok(answer) => answer,
+                    Err(_) => return Ok(ToolResult::text("stopped waiting")),
+                }
+            }
+            None => call.await,
+        };
+        Ok(match answer {
+            Ok(result) => ToolResult::text(format!("nested said {}", result.content)),
+            Err(error) => ToolResult::text(format!("nested refused: {error}")),
+        })
+    }
+}
+
+/// A ledger that refuses the started rows of nested calls only.
+struct NestedRowsFail(MemoryLedger);
+
+#[async_trait]
+impl EffectLedger for NestedRowsFail {
+    async fn record_started(&self, row: StartedRow) -> tinyagents::ledger::LedgerResult<()> {
+        if row.call_id.is_nested() {
+            return Err(tinyagents::LedgerError::Closed {
+                detail: "disk on fire".into(),
+            });
+        }
+        self.0.record_started(row).await
+    }
+    async fn record_settled(
+        &self,
+        run: &RunId,
+        call: &tinyagents::CallId,
+        outcome: &tinyagents::Outcome,
+    ) -> tinyagents::ledger::LedgerResult<()> {
+        self.0.record_settled(run, call, outcome).await
+    }
+    async fn unresolved(
+        &self,
+        run: &RunId,
+    ) -> tinyagents::ledger::LedgerResult<Vec<tinyagents::LedgerRow>> {
+        self.0.unresolved(run).await
+    }
+    async fn get(
+        &self,
+        run: &RunId,
+        call: &tinyagents::CallId,
+    ) -> tinyagents::ledger::LedgerResult<Option<tinyagents::LedgerRow>> {
+        self.0.get(run, call).await
+    }
+    async fn rows(
+        &self,
+        run: &RunId,
+    ) -> tinyagents::ledger::LedgerResult<Vec<tinyagents::LedgerRow>> {
+        self.0.rows(run).await
+    }
+    async fn unfinished_runs(&self) -> tinyagents::ledger::LedgerResult<Vec<RunId>> {
+        self.0.unfinished_runs().await
+    }
+    async fn save_checkpoint(
+        &self,
+        run: &RunId,
+        version: u64,
+        data: Vec<u8>,
+    ) -> tinyagents::ledger::LedgerResult<()> {
+        self.0.save_checkpoint(run, version, data).await
+    }
+    async fn load_checkpoint(
+        &self,
+        run: &RunId,
+    ) -> tinyagents::ledger::LedgerResult<Option<tinyagents::Checkpoint>> {
+        self.0.load_checkpoint(run).await
+    }
+    async fn mark_run_finished(&self, run: &RunId) -> tinyagents::ledger::LedgerResult<()> {
+        self.0.mark_run_finished(run).await
+    }
+    async fn prune_finished(
+        &self,
+        before: tinyagents::ledger::Timestamp,
+    ) -> tinyagents::ledger::LedgerResult<tinyagents::PruneReport> {
+        self.0.prune_finished(before).await
+    }
+    async fn flush(&self) -> tinyagents::ledger::LedgerResult<()> {
+        self.0.flush().await
+    }
+    fn max_result_bytes(&self) -> usize {
+        self.0.max_result_bytes()
+    }
+}
+
+/// rule NT-20: one started/settled row per nested call, keyed by the nested id.
+#[tokio::test]
+async fn nt_20_each_nested_call_gets_its_own_row_keyed_by_its_id() {
+    let ledger = Arc::new(MemoryLedger::new());
+    let model = vec![
+        ScriptedModel::tool_call("caller", json!({})),
+        ChatResponse::text("done"),
+    ];
+    let mut builder = AgentHarness::builder(Arc::new(ScriptedModel::new(model)))
+        .ledger(ledger.clone())
+        .limits(RunLimits::default().with_max_nested_depth(1))
+        .tool(add_tool())
+        .unwrap();
+    builder
+        .register(Caller::new("add", json!({"a": 20, "b": 1})))
+        .unwrap();
+    builder
+        .build()
+        .unwrap()
+        .run_with(
+            RunRequest::new("go").with_run_id(RunId::from("n1")),
+            &EventSink::none(),
+        )
+        .await
+        .unwrap();
+    let rows = ledger.rows(&RunId::from("n1")).await.unwrap();
+    let nested = rows
+        .iter()
+        .find(|r| r.call_id.as_str() == "p1/1")
+        .expect("a row for p1/1");
+    assert_eq!(
+        nested.parent_call_id.as_ref().map(|p| p.as_str()),
+        Some("p1")
+    );
+    assert_eq!(
+        (nested.status, nested.tool_name.as_str()),
+        (CallStatus::Completed, "add")
+    );
+    assert_eq!(nested.result.as_ref().unwrap().content, "21");
+    assert_eq!(nested.args_hash, args_hash(&json!({"a": 20, "b": 1})));
+}
+
+/// rule NT-20: a nested call whose started row fails is refused under `Abort`.
+#[tokio::test]
+async fn nt_20_a_failed_started_row_refuses_the_nested_call_under_abort() {
+    let ledger = Arc::new(NestedRowsFail(MemoryLedger::new()));
+    let model = vec![
+        ScriptedModel::tool_call("caller", json!({})),
+        ChatResponse::text("done"),
+    ];
+    let mut builder = AgentHarness::builder(Arc::new(ScriptedModel::new(model)))
+        .ledger(ledger)
+        .limits(RunLimits::default().with_max_nested_depth(1))
+        .tool(add_tool())
+        .unwrap();
+    builder
+        .register(Caller::new("add", json!({"a": 1, "b": 1})))
+        .unwrap();
+    let run = builder.build().unwrap().run("go").await.unwrap();
+    let content = &tool_results(&run.messages)[0].1;
+    assert!(
+        content.starts_with("nested refused: refused: the effect ledger could not record the call"),
+        "{content}"
+    );
+    assert_eq!(
+        run.budget.nested_tool_calls, 0,
+        "the refused call gave its slot back"
+    );
+}
+
+/// rule NT-20: a nested call dropped mid-flight leaves its row started.
+#[tokio::test(start_paused = true)]
+async fn nt_20_a_nested_call_dropped_mid_flight_leaves_its_row_started() {
+    let ledger = Arc::new(MemoryLedger::new());
+    let started = Arc::new(tokio::sync::Notify::new());
+    let slow = ProbeTool::new("slow", false, Behaviour::UntilCancelled(started));
+    let model = vec![
+        ScriptedModel::tool_call("caller", json!({})),
+        ChatResponse::text("done"),
+    ];
+    let mut builder = AgentHarness::builder(Arc::new(ScriptedModel::new(model)))
+        .ledger(ledger.clone())
+        .limits(RunLimits::default().with_max_nested_depth(1));
+    builder.register(slow).unwrap();
+    let caller = Arc::new(Caller {
+        wait_ms: Some(50),
+        ..Arc::try_unwrap(Caller::new("slow", json!({"tag": "x"})))
+            .ok()
+            .unwrap()
+    });
+    builder.register(caller).unwrap();
+    let run = builder
+        .build()
+        .unwrap()
+        .run_with(
+            RunRequest::new("go").with_run_id(RunId::from("n3")),
+            &EventSink::none(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(tool_results(&run.messages)[0].1, "stopped waiting");
+    let row = ledger
+        .get(&RunId::from("n3"), &tinyagents::CallId::new("p1/1"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        row.status,
+        CallStatus::Started,
+        "the effect may have happened: the row stays in doubt"
+    );
+}
+
+/// rule NT-43: a nested call to a tool that is not replay-safe is refused over
+/// an unresolved row of the same id.
+#[tokio::test]
+async fn nt_43_a_never_replay_nested_call_over_an_unresolved_row_is_refused() {
+    let ledger = Arc::new(MemoryLedger::new());
+    let run_id = RunId::from("n4");
+    let args = json!({"tag": "card"});
+    ledger
+        .record_started(StartedRow::new(
+            run_id.clone(),
+            tinyagents::CallId::new("p1/1"),
+            "pay",
+            args_hash(&args),
+            ToolReplay::Never,
+        ))
+        .await
+        .unwrap();
+    let pay = ProbeTool::new("pay", false, Behaviour::Yield(0));
+    let model = vec![
+        ScriptedModel::tool_call("caller", json!({})),
+        ChatResponse::text("done"),
+    ];
+    let mut builder = AgentHarness::builder(Arc::new(ScriptedModel::new(model)))
+        .ledger(ledger.clone())
+        .limits(RunLimits::default().with_max_nested_depth(1));
+    builder.register(pay.clone()).unwrap();
+    builder.register(Caller::new("pay", args)).unwrap();
+    let run = builder
+        .build()
+        .unwrap()
+        .run_with(
+            RunRequest::new("go").with_run_id(run_id),
+            &EventSink::none(),
+        )
+        .await
+        .unwrap();
+    let content = &tool_results(&run.messages)[0].1;
+    assert!(
+        content.contains("interrupted, outcome unknown"),
+        "{content}"
+    );
+    assert_eq!(
+        pay.calls.load(Ordering::SeqCst),
+        0,
+        "the payment did not run again"
+    );
+}
+
+/// rule NT-44: a replayed nested call whose row settled gets its recorded
+/// result and is not executed again (our ledger reads settled rows).
+#[tokio::test]
+async fn nt_44_a_replayed_nested_call_whose_row_settled_is_answered_from_it() {
+    let ledger = Arc::new(MemoryLedger::new());
+    let run_id = RunId::from("n5");
+    let args = json!({"tag": "card"});
+    let id = tinyagents::CallId::new("p1/1");
+    ledger
+        .record_started(StartedRow::new(
+            run_id.clone(),
+            id.clone(),
+            "pay",
+            args_hash(&args),
+            ToolReplay::Never,
+        ))
+        .await
+        .unwrap();
+    ledger
+        .record_settled(
+            &run_id,
+            &id,
+            &tinyagents::Outcome::Completed(ToolResult::text("paid earlier")),
+        )
+        .await
+        .unwrap();
+    let pay = ProbeTool::new("pay", false, Behaviour::Yield(0));
+    let model = vec![
+        ScriptedModel::tool_call("caller", json!({})),
+        ChatResponse::text("done"),
+    ];
+    let mut builder = AgentHarness::builder(Arc::new(ScriptedModel::new(model)))
+        .ledger(ledger)
+        .limits(RunLimits::default().with_max_nested_depth(1));
+    builder.register(pay.clone()).unwrap();
+    builder.register(Caller::new("pay", args)).unwrap();
+    let run = builder
+        .build()
+        .unwrap()
+        .run_with(
+            RunRequest::new("go").with_run_id(run_id),
+            &EventSink::none(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(tool_results(&run.messages)[0].1, "nested said paid earlier");
+    assert_eq!(pay.calls.load(Ordering::SeqCst), 0);
+}
