@@ -886,3 +886,69 @@ async fn the_allow_list_hides_tools_from_the_model_and_refuses_them() {
         .collect();
     assert_eq!(offered, ["other"]);
 }
+
+// ---- delegation plumbing and continued conversations ----
+
+#[tokio::test]
+async fn a_grandchilds_events_arrive_wrapped_once_per_level() {
+    let (sink, mut receiver) = event_channel(4);
+    let child = sink.delegated(tinyagents::CallId::new("p1"), tinyagents::AgentId::from("researcher"), 1);
+    let grandchild = child.delegated(tinyagents::CallId::new("p3"), tinyagents::AgentId::from("summarizer"), 2);
+    grandchild.emit(|| AgentEvent::ModelStarted { turn: 1 }).await;
+    match receiver.recv().await.unwrap() {
+        AgentEvent::Delegated { parent_call_id, agent_id, depth: 1, event } => {
+            assert_eq!((parent_call_id.as_str(), agent_id.as_str()), ("p1", "researcher"));
+            match *event {
+                AgentEvent::Delegated { parent_call_id, agent_id, depth: 2, event } => {
+                    assert_eq!((parent_call_id.as_str(), agent_id.as_str()), ("p3", "summarizer"));
+                    assert_eq!(*event, AgentEvent::ModelStarted { turn: 1 });
+                }
+                other => panic!("unexpected inner event {other:?}"),
+            }
+        }
+        other => panic!("unexpected event {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_continued_conversation_numbers_its_calls_after_the_earlier_ones() {
+    let first = AgentHarness::builder(script(vec![adds(2), ChatResponse::text("first")]))
+        .tool(add_tool())
+        .unwrap()
+        .build()
+        .unwrap();
+    let earlier = first.run("go").await.unwrap().messages;
+    let second = AgentHarness::builder(script(vec![adds(1), ChatResponse::text("second")]))
+        .tool(add_tool())
+        .unwrap()
+        .build()
+        .unwrap();
+    let run = second.run_with(RunRequest::new("again").with_history(earlier), &EventSink::none()).await.unwrap();
+    let ids: Vec<String> = run
+        .messages
+        .iter()
+        .filter_map(|m| match m {
+            Message::Tool { call_id, .. } => Some(call_id.to_string()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(ids, ["p1", "p2", "p3"]);
+    assert_transcript_paired(&run.messages);
+}
+
+#[tokio::test]
+async fn a_run_that_ends_in_an_error_ends_its_stream_with_run_failed() {
+    let model = script(vec![adds(4), ChatResponse::text("unreachable")]);
+    let harness = AgentHarness::builder(model)
+        .limits(RunLimits::default().with_max_tool_calls(3))
+        .tool(add_tool())
+        .unwrap()
+        .build()
+        .unwrap();
+    let (run, events) = run_collecting(&harness, RunRequest::new("go")).await;
+    assert!(run.is_err());
+    assert_eq!(
+        events.last(),
+        Some(&AgentEvent::RunFailed { error: "limit exceeded: max_tool_calls (limit 3, used 3)".into() })
+    );
+}

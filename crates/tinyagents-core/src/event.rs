@@ -138,6 +138,12 @@ pub enum AgentEvent {
         /// What.
         message: String,
     },
+    /// The run ended with an error (a model failure, a limit under
+    /// `LimitBehavior::Error`, a hook that failed closed, a blocked output).
+    RunFailed {
+        /// What went wrong.
+        error: String,
+    },
     /// The run ended.
     RunCompleted {
         /// How.

@@ -27,6 +27,8 @@ struct DelegationScope {
     parent_call_id: CallId,
     agent_id: AgentId,
     depth: u32,
+    /// The scope of the run that delegated, when it was itself delegated.
+    outer: Option<Arc<DelegationScope>>,
 }
 
 /// Where the loop sends events. [`EventSink::none`] discards them at no
@@ -63,20 +65,27 @@ impl EventSink {
                 parent_call_id,
                 agent_id,
                 depth,
+                outer: self.scope.clone(),
             })),
         }
     }
 
+    /// Wraps a delegated run's event once per level of delegation, the
+    /// innermost first, so a grandchild's event arrives as
+    /// `Delegated { child, Delegated { grandchild, event } }`.
     fn wrap(&self, event: AgentEvent) -> AgentEvent {
-        match &self.scope {
-            None => event,
-            Some(scope) => AgentEvent::Delegated {
-                parent_call_id: scope.parent_call_id.clone(),
-                agent_id: scope.agent_id.clone(),
-                depth: scope.depth,
+        let mut event = event;
+        let mut scope = self.scope.as_deref();
+        while let Some(level) = scope {
+            event = AgentEvent::Delegated {
+                parent_call_id: level.parent_call_id.clone(),
+                agent_id: level.agent_id.clone(),
+                depth: level.depth,
                 event: Box::new(event),
-            },
+            };
+            scope = level.outer.as_deref();
         }
+        event
     }
 
     /// Whether anyone listens.

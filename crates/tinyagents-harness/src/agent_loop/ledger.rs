@@ -287,6 +287,16 @@ impl AgentHarness {
         options: ResumeOptions,
         events: &EventSink,
     ) -> Result<AgentRun, TinyAgentsError> {
+        let result = self.recover_run(run_id, options, events).await;
+        super::report_failure(events, result).await
+    }
+
+    async fn recover_run(
+        &self,
+        run_id: &RunId,
+        options: ResumeOptions,
+        events: &EventSink,
+    ) -> Result<AgentRun, TinyAgentsError> {
         let Some(ledger) = &self.ledger else {
             return Err(TinyAgentsError::Config(
                 "recover needs an effect ledger".to_owned(),

@@ -86,11 +86,12 @@ impl AgentHarness {
     ) -> Result<AgentRun, TinyAgentsError> {
         let (mut ctx, mut state) = self.prepare(request);
         if ctx.depth > ctx.limits.max_depth {
-            return Err(TinyAgentsError::LimitExceeded {
+            let refused = Err(TinyAgentsError::LimitExceeded {
                 kind: tinyagents_core::LimitKind::Depth,
                 limit: u64::from(ctx.limits.max_depth),
                 used: u64::from(ctx.depth),
             });
+            return report_failure(events, refused).await;
         }
         self.share_with_tools(&mut ctx, events);
         let span = tracing::info_span!(
@@ -108,7 +109,8 @@ impl AgentHarness {
                 })
                 .await;
             let mut acc = RunAcc::default();
-            self.drive(&mut ctx, &mut state, events, &mut acc).await
+            let result = self.drive(&mut ctx, &mut state, events, &mut acc).await;
+            report_failure(events, result).await
         }
         .instrument(span)
         .await
@@ -151,9 +153,21 @@ impl AgentHarness {
         if let Some(prompt) = &self.system_prompt {
             messages.push(Message::system(prompt.clone()));
         }
+        // Calls of an earlier conversation keep their ids; this run's
+        // calls number on from them, so no id repeats in the transcript.
+        let earlier_calls = request
+            .history
+            .iter()
+            .map(|m| match m {
+                Message::Assistant { tool_calls, .. } => tool_calls.len() as u64,
+                _ => 0,
+            })
+            .sum();
         messages.extend(request.history);
         messages.push(Message::user(request.input));
-        (ctx, State::new(messages))
+        let mut state = State::new(messages);
+        state.calls_issued = earlier_calls;
+        (ctx, state)
     }
 
     /// The loop proper, from a state whose last message awaits the model.
@@ -345,12 +359,6 @@ impl AgentHarness {
         match ctx.limits.behavior {
             LimitBehavior::Error => {
                 self.finish_in_ledger(&ctx.run_id, events).await;
-                events
-                    .emit(|| AgentEvent::RunCompleted {
-                        status: RunStatus::LimitReached(*kind),
-                        usage: state.usage,
-                    })
-                    .await;
                 Err(limit)
             }
             LimitBehavior::Stop => {
@@ -398,6 +406,22 @@ impl AgentHarness {
             suspended: None,
         }
     }
+}
+
+/// Emits `RunFailed` when a run ends with an error, so every run's stream
+/// ends with a terminal event.
+pub(crate) async fn report_failure(
+    events: &EventSink,
+    result: Result<AgentRun, TinyAgentsError>,
+) -> Result<AgentRun, TinyAgentsError> {
+    if let Err(error) = &result {
+        events
+            .emit(|| AgentEvent::RunFailed {
+                error: error.to_string(),
+            })
+            .await;
+    }
+    result
 }
 
 /// Emits `LimitReached` for `limit`, once per run.

@@ -51,6 +51,19 @@ impl AgentHarness {
     /// wall-clock budget.
     pub async fn resume(
         &self,
+        suspended: SuspendedRun,
+        decisions: &[ApprovalDecision],
+        options: ResumeOptions,
+        events: &EventSink,
+    ) -> Result<AgentRun, TinyAgentsError> {
+        let result = self
+            .resume_segment(suspended, decisions, options, events)
+            .await;
+        super::report_failure(events, result).await
+    }
+
+    async fn resume_segment(
+        &self,
         mut suspended: SuspendedRun,
         decisions: &[ApprovalDecision],
         options: ResumeOptions,
