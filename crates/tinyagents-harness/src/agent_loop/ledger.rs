@@ -234,7 +234,12 @@ impl AgentHarness {
         let Some(ledger) = &self.ledger else {
             return;
         };
-        if let Err(error) = ledger.mark_run_finished(run_id).await {
+        let finished = match ledger.mark_run_finished(run_id).await {
+            // Settled rows ride on commits; make the run's last ones durable.
+            Ok(()) => ledger.flush().await,
+            Err(error) => Err(error),
+        };
+        if let Err(error) = finished {
             events
                 .emit(|| AgentEvent::Warning {
                     message: format!("run {run_id} not marked finished: {error}"),
@@ -315,6 +320,17 @@ impl AgentHarness {
         saved.check_format()?;
         let blocked = saved.replay_blocked.clone();
         let (mut ctx, mut state) = self.restore(saved, options, events);
+        // Calls issued after a checkpoint that was lost keep their rows; new
+        // calls number on after every id the ledger has seen, so a different
+        // call never reuses one.
+        let rows = ledger.rows(run_id).await.map_err(|e| TinyAgentsError::State(e.to_string()))?;
+        let highest = rows
+            .iter()
+            .filter(|row| !row.call_id.is_nested())
+            .filter_map(|row| row.call_id.as_str().strip_prefix('p')?.parse::<u64>().ok())
+            .max()
+            .unwrap_or(0);
+        state.calls_issued = state.calls_issued.max(highest);
         let mut acc = RunAcc::default();
         let open_calls = match state.messages.last() {
             Some(Message::Assistant {

@@ -1,0 +1,545 @@
+//! The conformance suite every [`EffectLedger`] backend passes (feature
+//! `conformance`). Each check panics with a message naming what broke.
+//!
+//! Run [`run_all`] against a fresh ledger built with a result cut of
+//! [`RESULT_LIMIT`] bytes. The checks use their own run ids (fresh per
+//! call), so a backend shared with other tests still works, except that the
+//! prune check prunes every finished run.
+
+// A test suite: an unmet expectation is a panic by design.
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+use std::future::{Future, poll_fn};
+use std::pin::Pin;
+use std::task::Poll;
+
+use serde_json::json;
+use tinyagents_core::{CallId, RunId, ToolControl, ToolReplay, ToolResult};
+
+use crate::{
+    CallStatus, EffectLedger, LedgerError, LedgerResult, Outcome, StartedRow, Timestamp, args_hash,
+};
+
+/// The result cut the suite expects the ledger under test to use.
+pub const RESULT_LIMIT: usize = 100;
+
+/// Runs every check, in order.
+pub async fn run_all(ledger: &dyn EffectLedger) {
+    started_then_settled(ledger).await;
+    unresolved_lists_calls_in_doubt_in_start_order(ledger).await;
+    get_reads_one_row(ledger).await;
+    parent_ids_are_kept(ledger).await;
+    checkpoints_round_trip(ledger).await;
+    prune_removes_finished_runs_only(ledger).await;
+    results_are_cut_at_the_limit(ledger).await;
+    failed_and_interrupted_outcomes_settle(ledger).await;
+    restarts_follow_the_rules(ledger).await;
+    finished_runs_refuse_starts(ledger).await;
+    concurrent_starts_are_all_recorded(ledger).await;
+    odd_ids_round_trip(ledger).await;
+}
+
+fn ok<T>(result: LedgerResult<T>, what: &str) -> T {
+    match result {
+        Ok(value) => value,
+        Err(err) => panic!("{what}: unexpected ledger error: {err}"),
+    }
+}
+
+fn fresh_run(check: &str) -> RunId {
+    RunId::from(format!("conformance-{check}-{}", RunId::generate()))
+}
+
+fn started(run: &RunId, call: &str, tool: &str, replay: ToolReplay) -> StartedRow {
+    StartedRow::new(
+        run.clone(),
+        CallId::new(call),
+        tool,
+        args_hash(&json!({"call": call})),
+        replay,
+    )
+}
+
+/// A started row reads back as started; once settled, as completed with its
+/// result, and it is no longer unresolved.
+pub async fn started_then_settled(ledger: &dyn EffectLedger) {
+    let run = fresh_run("settle");
+    let row = started(&run, "p1", "search", ToolReplay::Safe);
+    ok(ledger.record_started(row.clone()).await, "record_started");
+    let read = ok(ledger.get(&run, &row.call_id).await, "get").expect("the started row");
+    assert_eq!(read.status, CallStatus::Started);
+    assert_eq!(read.tool_name, "search");
+    assert_eq!(read.args_hash, row.args_hash);
+    assert_eq!(read.replay, ToolReplay::Safe);
+    assert_eq!(read.attempts, 1);
+    assert_eq!(read.parent_call_id, None);
+    assert!(read.is_in_doubt());
+    assert_eq!(read.settled_at, None);
+    assert_eq!(read.result, None);
+
+    let result = ToolResult::text("found 3")
+        .with_metadata(json!({"hits": 3}))
+        .with_control(ToolControl::ReturnDirect);
+    let outcome = Outcome::Completed(result.clone());
+    ok(
+        ledger.record_settled(&run, &row.call_id, &outcome).await,
+        "record_settled",
+    );
+    let read = ok(ledger.get(&run, &row.call_id).await, "get").expect("the settled row");
+    assert_eq!(read.status, CallStatus::Completed);
+    let settled_at = read.settled_at.expect("a settled time");
+    assert!(settled_at >= read.started_at, "settled before it started");
+    let stored = read.result.expect("a stored result");
+    assert!(!stored.truncated);
+    assert_eq!(stored.to_tool_result(), result);
+    assert!(ok(ledger.unresolved(&run).await, "unresolved").is_empty());
+    assert_eq!(ok(ledger.rows(&run).await, "rows").len(), 1);
+}
+
+/// Only started, unsettled rows of the run are listed, in start order (not
+/// id order), and other runs' rows are not.
+pub async fn unresolved_lists_calls_in_doubt_in_start_order(ledger: &dyn EffectLedger) {
+    let run = fresh_run("unresolved");
+    let other = fresh_run("unresolved-other");
+    for call in ["p2", "p10", "p1", "p3"] {
+        ok(
+            ledger
+                .record_started(started(&run, call, "t", ToolReplay::Never))
+                .await,
+            "record_started",
+        );
+    }
+    ok(
+        ledger
+            .record_started(started(&other, "p1", "t", ToolReplay::Never))
+            .await,
+        "record_started",
+    );
+    let done = Outcome::Completed(ToolResult::text("ok"));
+    ok(
+        ledger.record_settled(&run, &CallId::new("p1"), &done).await,
+        "record_settled",
+    );
+    let ids: Vec<String> = ok(ledger.unresolved(&run).await, "unresolved")
+        .into_iter()
+        .map(|row| row.call_id.as_str().to_owned())
+        .collect();
+    assert_eq!(ids, ["p2", "p10", "p3"]);
+    let all: Vec<String> = ok(ledger.rows(&run).await, "rows")
+        .into_iter()
+        .map(|row| row.call_id.as_str().to_owned())
+        .collect();
+    assert_eq!(all, ["p2", "p10", "p1", "p3"]);
+    assert!(ok(ledger.unresolved(&fresh_run("none")).await, "unresolved").is_empty());
+}
+
+/// `get` finds one row, and `None` for an unknown run or call.
+pub async fn get_reads_one_row(ledger: &dyn EffectLedger) {
+    let run = fresh_run("get");
+    ok(
+        ledger
+            .record_started(started(&run, "p1", "t", ToolReplay::Safe))
+            .await,
+        "record_started",
+    );
+    assert!(ok(ledger.get(&run, &CallId::new("p1")).await, "get").is_some());
+    assert!(ok(ledger.get(&run, &CallId::new("p2")).await, "get").is_none());
+    assert!(
+        ok(
+            ledger.get(&fresh_run("nope"), &CallId::new("p1")).await,
+            "get"
+        )
+        .is_none()
+    );
+}
+
+/// Nested calls keep their immediate parent.
+pub async fn parent_ids_are_kept(ledger: &dyn EffectLedger) {
+    let run = fresh_run("parents");
+    for call in ["p1", "p1/1", "p1/1/1", "p1/2"] {
+        ok(
+            ledger
+                .record_started(started(&run, call, "t", ToolReplay::Safe))
+                .await,
+            "record_started",
+        );
+    }
+    let parents: Vec<(String, Option<String>)> = ok(ledger.rows(&run).await, "rows")
+        .into_iter()
+        .map(|row| {
+            let parent = row.parent_call_id.map(|p| p.as_str().to_owned());
+            (row.call_id.as_str().to_owned(), parent)
+        })
+        .collect();
+    let expected = [
+        ("p1", None),
+        ("p1/1", Some("p1")),
+        ("p1/1/1", Some("p1/1")),
+        ("p1/2", Some("p1")),
+    ];
+    assert_eq!(parents.len(), expected.len());
+    for ((call, parent), (want_call, want_parent)) in parents.iter().zip(expected) {
+        assert_eq!(call, want_call);
+        assert_eq!(parent.as_deref(), want_parent, "parent of {call}");
+    }
+}
+
+/// A checkpoint reads back as saved; a newer version replaces it, an equal
+/// one too, an older one is refused; runs do not share checkpoints.
+pub async fn checkpoints_round_trip(ledger: &dyn EffectLedger) {
+    let run = fresh_run("checkpoint");
+    assert!(ok(ledger.load_checkpoint(&run).await, "load").is_none());
+    ok(
+        ledger.save_checkpoint(&run, 1, b"turn one".to_vec()).await,
+        "save",
+    );
+    let first = ok(ledger.load_checkpoint(&run).await, "load").expect("a checkpoint");
+    assert_eq!(
+        (first.version, first.data.as_slice()),
+        (1, &b"turn one"[..])
+    );
+    assert_eq!(first.run_id, run);
+    let bytes: Vec<u8> = (0..=255).collect();
+    ok(ledger.save_checkpoint(&run, 2, bytes.clone()).await, "save");
+    ok(
+        ledger.save_checkpoint(&run, 2, bytes.clone()).await,
+        "save equal version",
+    );
+    let second = ok(ledger.load_checkpoint(&run).await, "load").expect("a checkpoint");
+    assert_eq!((second.version, second.data), (2, bytes));
+    match ledger.save_checkpoint(&run, 1, b"stale".to_vec()).await {
+        Err(LedgerError::StaleCheckpoint {
+            stored: 2,
+            offered: 1,
+            ..
+        }) => {}
+        other => panic!("an older checkpoint must be refused, got {other:?}"),
+    }
+    assert!(ok(ledger.load_checkpoint(&fresh_run("other")).await, "load").is_none());
+}
+
+/// Pruning removes the rows and checkpoint of finished runs at or before
+/// the cut-off, and never touches an unfinished run.
+pub async fn prune_removes_finished_runs_only(ledger: &dyn EffectLedger) {
+    let done = fresh_run("prune-done");
+    let live = fresh_run("prune-live");
+    for run in [&done, &live] {
+        ok(
+            ledger
+                .record_started(started(run, "p1", "t", ToolReplay::Safe))
+                .await,
+            "record_started",
+        );
+        ok(
+            ledger
+                .record_started(started(run, "p2", "t", ToolReplay::Safe))
+                .await,
+            "record_started",
+        );
+        ok(ledger.save_checkpoint(run, 1, vec![1]).await, "save");
+    }
+    ok(ledger.mark_run_finished(&done).await, "mark_run_finished");
+    ok(
+        ledger.mark_run_finished(&done).await,
+        "mark_run_finished twice",
+    );
+    let none = ok(ledger.prune_finished(Timestamp::EPOCH).await, "prune");
+    assert_eq!(none.runs, 0, "nothing finished at the epoch");
+    assert_eq!(ok(ledger.rows(&done).await, "rows").len(), 2);
+
+    let report = ok(ledger.prune_finished(Timestamp::MAX).await, "prune");
+    assert!(report.runs >= 1 && report.rows >= 2 && report.checkpoints >= 1);
+    assert!(ok(ledger.rows(&done).await, "rows").is_empty());
+    assert!(ok(ledger.load_checkpoint(&done).await, "load").is_none());
+    assert_eq!(ok(ledger.rows(&live).await, "rows").len(), 2);
+    assert!(ok(ledger.load_checkpoint(&live).await, "load").is_some());
+    let unfinished = ok(ledger.unfinished_runs().await, "unfinished_runs");
+    assert!(unfinished.contains(&live) && !unfinished.contains(&done));
+}
+
+/// The stored content is cut at the limit on a character boundary, and
+/// metadata larger than the limit is dropped; both are flagged.
+pub async fn results_are_cut_at_the_limit(ledger: &dyn EffectLedger) {
+    let limit = ledger.max_result_bytes();
+    let run = fresh_run("cut");
+    let content = format!("a{}", "é".repeat(limit));
+    let cases = [
+        ("p1", ToolResult::text(content.clone()), true),
+        (
+            "p2",
+            ToolResult::text("small").with_metadata(json!({"blob": "x".repeat(limit)})),
+            true,
+        ),
+        (
+            "p3",
+            ToolResult::error("small").with_metadata(json!({"n": 1})),
+            false,
+        ),
+    ];
+    for (call, result, cut) in cases {
+        ok(
+            ledger
+                .record_started(started(&run, call, "t", ToolReplay::Safe))
+                .await,
+            "record_started",
+        );
+        let outcome = Outcome::Completed(result.clone());
+        ok(
+            ledger
+                .record_settled(&run, &CallId::new(call), &outcome)
+                .await,
+            "record_settled",
+        );
+        let row = ok(ledger.get(&run, &CallId::new(call)).await, "get").expect("row");
+        let stored = row.result.expect("stored result");
+        assert_eq!(stored.truncated, cut, "{call}: truncated flag");
+        assert!(
+            stored.content.len() <= limit,
+            "{call}: content over the limit"
+        );
+        assert!(
+            result.content.starts_with(&stored.content),
+            "{call}: not a prefix"
+        );
+        assert_eq!(stored.original_bytes, result.content.len() as u64);
+        assert_eq!(stored.is_error, result.is_error);
+        if call == "p1" {
+            assert!(
+                stored.content.len() + 2 > limit,
+                "cut more than one character short"
+            );
+        }
+        if call == "p2" {
+            assert_eq!(stored.metadata, None, "oversized metadata kept");
+            assert_eq!(stored.content, "small");
+        }
+        if call == "p3" {
+            assert_eq!(stored.to_tool_result(), result);
+        }
+    }
+}
+
+/// A failed call and one resolved by recovery settle with their text as an
+/// error result.
+pub async fn failed_and_interrupted_outcomes_settle(ledger: &dyn EffectLedger) {
+    let run = fresh_run("outcomes");
+    let cases = [
+        (
+            "p1",
+            Outcome::Failed("timed out".into()),
+            CallStatus::Failed,
+        ),
+        (
+            "p2",
+            Outcome::Interrupted("interrupted, outcome unknown".into()),
+            CallStatus::Interrupted,
+        ),
+    ];
+    for (call, outcome, status) in cases {
+        ok(
+            ledger
+                .record_started(started(&run, call, "pay", ToolReplay::Never))
+                .await,
+            "record_started",
+        );
+        ok(
+            ledger
+                .record_settled(&run, &CallId::new(call), &outcome)
+                .await,
+            "record_settled",
+        );
+        let row = ok(ledger.get(&run, &CallId::new(call)).await, "get").expect("row");
+        assert_eq!(row.status, status);
+        let stored = row.result.expect("stored result");
+        assert!(stored.is_error);
+        let text = match &outcome {
+            Outcome::Failed(text) | Outcome::Interrupted(text) => text.clone(),
+            Outcome::Completed(result) => result.content.clone(),
+        };
+        assert_eq!(stored.content, text);
+    }
+    assert!(ok(ledger.unresolved(&run).await, "unresolved").is_empty());
+}
+
+/// A replay-safe call in doubt may start again (one more attempt); a
+/// `Never` call in doubt, a changed call and a settled call may not; a
+/// call settles exactly once, and only after it started.
+pub async fn restarts_follow_the_rules(ledger: &dyn EffectLedger) {
+    let run = fresh_run("restart");
+    let safe = started(&run, "p1", "read", ToolReplay::Safe);
+    ok(ledger.record_started(safe.clone()).await, "record_started");
+    ok(
+        ledger.record_started(safe.clone()).await,
+        "restart of a safe call",
+    );
+    let row = ok(ledger.get(&run, &safe.call_id).await, "get").expect("row");
+    assert_eq!((row.status, row.attempts), (CallStatus::Started, 2));
+
+    let mut changed = safe.clone();
+    changed.args_hash = args_hash(&json!({"other": true}));
+    match ledger.record_started(changed).await {
+        Err(LedgerError::Mismatch {
+            recorded, offered, ..
+        }) => {
+            assert_eq!(recorded.tool_name, "read");
+            assert_eq!(offered.args_hash, args_hash(&json!({"other": true})));
+        }
+        other => panic!("a changed call must be refused, got {other:?}"),
+    }
+    let mut renamed = safe.clone();
+    renamed.tool_name = "write".into();
+    assert!(matches!(
+        ledger.record_started(renamed).await,
+        Err(LedgerError::Mismatch { .. })
+    ));
+
+    let never = started(&run, "p2", "pay", ToolReplay::Never);
+    ok(ledger.record_started(never.clone()).await, "record_started");
+    match ledger.record_started(never.clone()).await {
+        Err(LedgerError::ReplayRefused { tool, .. }) => assert_eq!(tool, "pay"),
+        other => panic!("a Never call in doubt must not start again, got {other:?}"),
+    }
+    let row = ok(ledger.get(&run, &never.call_id).await, "get").expect("row");
+    assert_eq!(row.attempts, 1, "a refused restart counts no attempt");
+
+    let done = Outcome::Completed(ToolResult::text("ok"));
+    ok(
+        ledger.record_settled(&run, &safe.call_id, &done).await,
+        "record_settled",
+    );
+    assert!(matches!(
+        ledger.record_started(safe.clone()).await,
+        Err(LedgerError::AlreadySettled {
+            status: CallStatus::Completed,
+            ..
+        })
+    ));
+    assert!(matches!(
+        ledger.record_settled(&run, &safe.call_id, &done).await,
+        Err(LedgerError::AlreadySettled { .. })
+    ));
+    assert!(matches!(
+        ledger.record_settled(&run, &CallId::new("p9"), &done).await,
+        Err(LedgerError::NotStarted { .. })
+    ));
+    let row = ok(ledger.get(&run, &safe.call_id).await, "get").expect("row");
+    assert_eq!(
+        row.result.expect("result").content,
+        "ok",
+        "first settle kept"
+    );
+}
+
+/// A finished run refuses new starts and is not listed as unfinished; a run
+/// with only a checkpoint is.
+pub async fn finished_runs_refuse_starts(ledger: &dyn EffectLedger) {
+    let run = fresh_run("finished");
+    ok(
+        ledger
+            .record_started(started(&run, "p1", "t", ToolReplay::Safe))
+            .await,
+        "record_started",
+    );
+    assert!(ok(ledger.unfinished_runs().await, "unfinished_runs").contains(&run));
+    ok(ledger.mark_run_finished(&run).await, "mark_run_finished");
+    assert!(matches!(
+        ledger
+            .record_started(started(&run, "p2", "t", ToolReplay::Safe))
+            .await,
+        Err(LedgerError::RunFinished { .. })
+    ));
+    assert!(!ok(ledger.unfinished_runs().await, "unfinished_runs").contains(&run));
+    let parked = fresh_run("checkpoint-only");
+    ok(ledger.save_checkpoint(&parked, 0, Vec::new()).await, "save");
+    assert!(ok(ledger.unfinished_runs().await, "unfinished_runs").contains(&parked));
+    let empty = ok(ledger.load_checkpoint(&parked).await, "load").expect("checkpoint");
+    assert!(empty.data.is_empty());
+}
+
+/// Many calls starting at once (many runs, one task) are all acknowledged
+/// and all recorded.
+pub async fn concurrent_starts_are_all_recorded(ledger: &dyn EffectLedger) {
+    let runs: Vec<RunId> = (0..16)
+        .map(|i| fresh_run(&format!("concurrent{i}")))
+        .collect();
+    let mut starts = Vec::new();
+    for run in &runs {
+        for k in 1..=8 {
+            starts.push(ledger.record_started(started(
+                run,
+                &format!("p{k}"),
+                "t",
+                ToolReplay::Safe,
+            )));
+        }
+    }
+    for result in join_all(starts).await {
+        ok(result, "concurrent record_started");
+    }
+    let done = Outcome::Completed(ToolResult::text("ok"));
+    let odd: Vec<(&RunId, CallId)> = runs
+        .iter()
+        .flat_map(|run| {
+            (1..=8)
+                .step_by(2)
+                .map(move |k| (run, CallId::new(format!("p{k}"))))
+        })
+        .collect();
+    let settles: Vec<_> = odd
+        .iter()
+        .map(|(run, call)| ledger.record_settled(run, call, &done))
+        .collect();
+    for result in join_all(settles).await {
+        ok(result, "concurrent record_settled");
+    }
+    for run in &runs {
+        assert_eq!(ok(ledger.rows(run).await, "rows").len(), 8);
+        let open: Vec<String> = ok(ledger.unresolved(run).await, "unresolved")
+            .into_iter()
+            .map(|row| row.call_id.as_str().to_owned())
+            .collect();
+        assert_eq!(open, ["p2", "p4", "p6", "p8"]);
+    }
+}
+
+/// Ids and names with quotes, slashes, spaces and non-ASCII text round-trip.
+pub async fn odd_ids_round_trip(ledger: &dyn EffectLedger) {
+    let run = RunId::from(format!("run 'quoted' \"x\" é/∑ {}", RunId::generate()));
+    let row = StartedRow::new(
+        run.clone(),
+        CallId::new("p1/2"),
+        "tool; DROP TABLE calls;--",
+        args_hash(&json!({"q": "ü"})),
+        ToolReplay::Safe,
+    );
+    ok(ledger.record_started(row.clone()).await, "record_started");
+    let read = ok(ledger.get(&run, &row.call_id).await, "get").expect("row");
+    assert_eq!(read.run_id, run);
+    assert_eq!(read.tool_name, row.tool_name);
+    assert_eq!(read.parent_call_id, Some(CallId::new("p1")));
+    assert_eq!(ok(ledger.unresolved(&run).await, "unresolved").len(), 1);
+}
+
+/// Polls every future on the calling task until all are done.
+async fn join_all<F: Future>(futures: Vec<F>) -> Vec<F::Output> {
+    let mut futures: Vec<Pin<Box<F>>> = futures.into_iter().map(Box::pin).collect();
+    let mut outputs: Vec<Option<F::Output>> = futures.iter().map(|_| None).collect();
+    poll_fn(|cx| {
+        let mut pending = false;
+        for (future, output) in futures.iter_mut().zip(outputs.iter_mut()) {
+            if output.is_none() {
+                match future.as_mut().poll(cx) {
+                    Poll::Ready(value) => *output = Some(value),
+                    Poll::Pending => pending = true,
+                }
+            }
+        }
+        if pending {
+            Poll::Pending
+        } else {
+            Poll::Ready(())
+        }
+    })
+    .await;
+    outputs.into_iter().flatten().collect()
+}

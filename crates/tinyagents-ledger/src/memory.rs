@@ -1,0 +1,224 @@
+//! `MemoryLedger`: the ledger in the process's memory, for tests and for
+//! hosts that do not need recovery. Nothing survives the process.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use async_trait::async_trait;
+use dashmap::DashMap;
+use tinyagents_core::{CallId, RunId};
+
+use crate::clock::{Clock, SharedClock, Timestamp, system_clock};
+use crate::error::{LedgerError, LedgerResult};
+use crate::ledger::{Checkpoint, EffectLedger, PruneReport};
+use crate::row::{DEFAULT_MAX_RESULT_BYTES, LedgerRow, Outcome, StartedRow, StoredResult};
+use crate::rules::{self, Existing};
+
+/// What the ledger holds for one run.
+#[derive(Debug, Default)]
+struct RunEntry {
+    /// Rows in the order their calls first started.
+    rows: Vec<LedgerRow>,
+    /// Where each call's row sits in `rows`.
+    index: HashMap<CallId, usize>,
+    checkpoint: Option<Checkpoint>,
+    finished_at: Option<Timestamp>,
+}
+
+/// An in-memory [`EffectLedger`]. Runs are sharded (a `DashMap` keyed by run
+/// id), so concurrent runs do not contend.
+#[derive(Debug)]
+pub struct MemoryLedger {
+    runs: DashMap<RunId, RunEntry>,
+    clock: SharedClock,
+    max_result_bytes: usize,
+    refuse_started: AtomicBool,
+}
+
+impl Default for MemoryLedger {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl MemoryLedger {
+    /// An empty ledger on the wall clock, cutting results at
+    /// [`DEFAULT_MAX_RESULT_BYTES`].
+    pub fn new() -> Self {
+        Self {
+            runs: DashMap::new(),
+            clock: system_clock(),
+            max_result_bytes: DEFAULT_MAX_RESULT_BYTES,
+            refuse_started: AtomicBool::new(false),
+        }
+    }
+
+    /// Cuts stored results at `max_bytes`.
+    #[must_use]
+    pub fn with_max_result_bytes(mut self, max_bytes: usize) -> Self {
+        self.max_result_bytes = max_bytes;
+        self
+    }
+
+    /// Stamps rows from `clock`.
+    #[must_use]
+    pub fn with_clock(mut self, clock: impl Clock + 'static) -> Self {
+        self.clock = Arc::new(clock);
+        self
+    }
+
+    /// A fault for tests of the harness's [`LedgerFailure`] policy: while on,
+    /// every `record_started` fails with a storage error and writes nothing.
+    ///
+    /// [`LedgerFailure`]: crate::LedgerFailure
+    pub fn refuse_started(&self, on: bool) {
+        self.refuse_started.store(on, Ordering::SeqCst);
+    }
+}
+
+#[async_trait]
+impl EffectLedger for MemoryLedger {
+    async fn record_started(&self, row: StartedRow) -> LedgerResult<()> {
+        if self.refuse_started.load(Ordering::SeqCst) {
+            return Err(LedgerError::storage(
+                "record_started",
+                "refused by MemoryLedger::refuse_started (injected fault)",
+            ));
+        }
+        let now = self.clock.now();
+        let mut entry = self.runs.entry(row.run_id.clone()).or_default();
+        let entry = &mut *entry;
+        if entry.finished_at.is_some() {
+            return Err(LedgerError::RunFinished { run: row.run_id });
+        }
+        if let Some(&at) = entry.index.get(&row.call_id) {
+            let existing = &mut entry.rows[at];
+            rules::check_restart(
+                &Existing {
+                    status: existing.status,
+                    tool_name: &existing.tool_name,
+                    args_hash: &existing.args_hash,
+                    replay: existing.replay,
+                },
+                &row,
+            )?;
+            existing.attempts = existing.attempts.saturating_add(1);
+            existing.started_at = now;
+            return Ok(());
+        }
+        entry.index.insert(row.call_id.clone(), entry.rows.len());
+        entry.rows.push(LedgerRow::started(row, now));
+        Ok(())
+    }
+
+    async fn record_settled(
+        &self,
+        run: &RunId,
+        call: &CallId,
+        outcome: &Outcome,
+    ) -> LedgerResult<()> {
+        let (status, result) = StoredResult::from_outcome(outcome, self.max_result_bytes);
+        let now = self.clock.now();
+        let mut entry = self.runs.get_mut(run);
+        let row = entry.as_deref_mut().and_then(|entry| {
+            let at = *entry.index.get(call)?;
+            entry.rows.get_mut(at)
+        });
+        rules::check_settle(run, call, row.as_ref().map(|row| row.status))?;
+        if let Some(row) = row {
+            row.status = status;
+            row.settled_at = Some(now);
+            row.result = Some(result);
+        }
+        Ok(())
+    }
+
+    async fn unresolved(&self, run: &RunId) -> LedgerResult<Vec<LedgerRow>> {
+        Ok(self.runs.get(run).map_or_else(Vec::new, |entry| {
+            entry
+                .rows
+                .iter()
+                .filter(|row| row.is_in_doubt())
+                .cloned()
+                .collect()
+        }))
+    }
+
+    async fn get(&self, run: &RunId, call: &CallId) -> LedgerResult<Option<LedgerRow>> {
+        Ok(self.runs.get(run).and_then(|entry| {
+            let at = *entry.index.get(call)?;
+            entry.rows.get(at).cloned()
+        }))
+    }
+
+    async fn rows(&self, run: &RunId) -> LedgerResult<Vec<LedgerRow>> {
+        Ok(self
+            .runs
+            .get(run)
+            .map_or_else(Vec::new, |entry| entry.rows.clone()))
+    }
+
+    async fn unfinished_runs(&self) -> LedgerResult<Vec<RunId>> {
+        let mut runs: Vec<RunId> = self
+            .runs
+            .iter()
+            .filter(|entry| {
+                entry.finished_at.is_none()
+                    && (!entry.rows.is_empty() || entry.checkpoint.is_some())
+            })
+            .map(|entry| entry.key().clone())
+            .collect();
+        runs.sort();
+        Ok(runs)
+    }
+
+    async fn save_checkpoint(&self, run: &RunId, version: u64, data: Vec<u8>) -> LedgerResult<()> {
+        let now = self.clock.now();
+        let mut entry = self.runs.entry(run.clone()).or_default();
+        rules::check_checkpoint(run, entry.checkpoint.as_ref().map(|c| c.version), version)?;
+        entry.checkpoint = Some(Checkpoint {
+            run_id: run.clone(),
+            version,
+            data,
+            saved_at: now,
+        });
+        Ok(())
+    }
+
+    async fn load_checkpoint(&self, run: &RunId) -> LedgerResult<Option<Checkpoint>> {
+        Ok(self
+            .runs
+            .get(run)
+            .and_then(|entry| entry.checkpoint.clone()))
+    }
+
+    async fn mark_run_finished(&self, run: &RunId) -> LedgerResult<()> {
+        let now = self.clock.now();
+        let mut entry = self.runs.entry(run.clone()).or_default();
+        entry.finished_at.get_or_insert(now);
+        Ok(())
+    }
+
+    async fn prune_finished(&self, finished_before: Timestamp) -> LedgerResult<PruneReport> {
+        let mut report = PruneReport::default();
+        self.runs.retain(|_, entry| {
+            let prune = entry.finished_at.is_some_and(|at| at <= finished_before);
+            if prune {
+                report.runs += 1;
+                report.rows += u64::try_from(entry.rows.len()).unwrap_or(u64::MAX);
+                report.checkpoints += u64::from(entry.checkpoint.is_some());
+            }
+            !prune
+        });
+        Ok(report)
+    }
+
+    async fn flush(&self) -> LedgerResult<()> {
+        Ok(())
+    }
+
+    fn max_result_bytes(&self) -> usize {
+        self.max_result_bytes
+    }
+}

@@ -1,0 +1,377 @@
+//! The SQL of each ledger operation, run by the writer thread inside the
+//! transaction of its batch (writes) or after it (reads).
+
+use rusqlite::{Connection, OptionalExtension, Row, params};
+use tinyagents_core::{CallId, RunId, ToolControl};
+
+use crate::clock::Timestamp;
+use crate::error::{LedgerError, LedgerResult};
+use crate::ledger::{Checkpoint, PruneReport};
+use crate::row::{CallStatus, LedgerRow, StartedRow, StoredResult};
+use crate::rules::{self, Existing};
+
+const ROW_COLUMNS: &str = "run_id, call_id, parent_call_id, tool_name, args_hash, replay, \
+     status, attempts, started_at, settled_at, content, is_error, metadata, control, \
+     original_bytes, truncated";
+
+fn db(operation: &'static str) -> impl Fn(rusqlite::Error) -> LedgerError {
+    move |err| LedgerError::storage(operation, err)
+}
+
+fn millis(at: Timestamp) -> i64 {
+    // Invariant: `Timestamp` is capped at i64::MAX.
+    i64::try_from(at.as_millis()).unwrap_or(i64::MAX)
+}
+
+fn timestamp(millis: i64) -> Timestamp {
+    Timestamp::from_millis(u64::try_from(millis).unwrap_or(0))
+}
+
+/// Writes a started row, or counts a restart of an existing one.
+pub(crate) fn start(conn: &Connection, row: &StartedRow, now: Timestamp) -> LedgerResult<()> {
+    let op = "record_started";
+    let finished: Option<i64> = conn
+        .prepare_cached("SELECT finished_at FROM runs WHERE run_id = ?1")
+        .and_then(|mut stmt| {
+            stmt.query_row([row.run_id.as_str()], |r| r.get(0))
+                .optional()
+        })
+        .map_err(db(op))?;
+    if finished.is_some() {
+        return Err(LedgerError::RunFinished {
+            run: row.run_id.clone(),
+        });
+    }
+    let inserted = conn
+        .prepare_cached(
+            "INSERT INTO calls (run_id, call_id, parent_call_id, tool_name, args_hash, replay, \
+             status, attempts, started_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'started', 1, ?7) \
+             ON CONFLICT (run_id, call_id) DO NOTHING",
+        )
+        .and_then(|mut stmt| {
+            stmt.execute(params![
+                row.run_id.as_str(),
+                row.call_id.as_str(),
+                row.parent_call_id.as_ref().map(CallId::as_str),
+                row.tool_name,
+                row.args_hash,
+                rules::replay_str(row.replay),
+                millis(now),
+            ])
+        })
+        .map_err(db(op))?;
+    if inserted == 1 {
+        return Ok(());
+    }
+    let existing = get(conn, &row.run_id, &row.call_id)?
+        .ok_or_else(|| LedgerError::storage(op, "the row vanished during its restart"))?;
+    rules::check_restart(
+        &Existing {
+            status: existing.status,
+            tool_name: &existing.tool_name,
+            args_hash: &existing.args_hash,
+            replay: existing.replay,
+        },
+        row,
+    )?;
+    conn.prepare_cached(
+        "UPDATE calls SET attempts = attempts + 1, started_at = ?3 \
+         WHERE run_id = ?1 AND call_id = ?2",
+    )
+    .and_then(|mut stmt| {
+        stmt.execute(params![
+            row.run_id.as_str(),
+            row.call_id.as_str(),
+            millis(now)
+        ])
+    })
+    .map_err(db(op))?;
+    Ok(())
+}
+
+/// Settles a started row.
+pub(crate) fn settle(
+    conn: &Connection,
+    run: &RunId,
+    call: &CallId,
+    status: CallStatus,
+    result: &StoredResult,
+    now: Timestamp,
+) -> LedgerResult<()> {
+    let op = "record_settled";
+    let metadata = result.metadata.as_ref().map(ToString::to_string);
+    let updated = conn
+        .prepare_cached(
+            "UPDATE calls SET status = ?3, settled_at = ?4, content = ?5, is_error = ?6, \
+             metadata = ?7, control = ?8, original_bytes = ?9, truncated = ?10 \
+             WHERE run_id = ?1 AND call_id = ?2 AND status = 'started'",
+        )
+        .and_then(|mut stmt| {
+            stmt.execute(params![
+                run.as_str(),
+                call.as_str(),
+                status.as_str(),
+                millis(now),
+                result.content,
+                result.is_error,
+                metadata,
+                result.control.map(control_str),
+                i64::try_from(result.original_bytes).unwrap_or(i64::MAX),
+                result.truncated,
+            ])
+        })
+        .map_err(db(op))?;
+    if updated == 1 {
+        return Ok(());
+    }
+    let status = get(conn, run, call)?.map(|row| row.status);
+    rules::check_settle(run, call, status)?;
+    Err(LedgerError::storage(op, "the row could not be updated"))
+}
+
+/// Replaces the run's checkpoint unless the stored one is newer.
+pub(crate) fn save_checkpoint(
+    conn: &Connection,
+    run: &RunId,
+    version: u64,
+    data: &[u8],
+    now: Timestamp,
+) -> LedgerResult<()> {
+    let op = "save_checkpoint";
+    let stored = load_checkpoint(conn, run)?.map(|c| c.version);
+    rules::check_checkpoint(run, stored, version)?;
+    let version = i64::try_from(version)
+        .map_err(|_| LedgerError::storage(op, "the version does not fit a signed 64-bit column"))?;
+    conn.prepare_cached(
+        "INSERT INTO checkpoints (run_id, version, data, saved_at) VALUES (?1, ?2, ?3, ?4) \
+         ON CONFLICT (run_id) DO UPDATE SET version = ?2, data = ?3, saved_at = ?4",
+    )
+    .and_then(|mut stmt| stmt.execute(params![run.as_str(), version, data, millis(now)]))
+    .map_err(db(op))?;
+    Ok(())
+}
+
+/// Marks a run finished (keeping the first time stamp).
+pub(crate) fn finish(conn: &Connection, run: &RunId, now: Timestamp) -> LedgerResult<()> {
+    conn.prepare_cached(
+        "INSERT INTO runs (run_id, finished_at) VALUES (?1, ?2) ON CONFLICT (run_id) DO NOTHING",
+    )
+    .and_then(|mut stmt| stmt.execute(params![run.as_str(), millis(now)]))
+    .map_err(db("mark_run_finished"))?;
+    Ok(())
+}
+
+/// Deletes everything of the runs finished at or before `cutoff`.
+pub(crate) fn prune(conn: &Connection, cutoff: Timestamp) -> LedgerResult<PruneReport> {
+    let op = "prune_finished";
+    let cutoff = millis(cutoff);
+    let finished = "SELECT run_id FROM runs WHERE finished_at <= ?1";
+    let rows = conn
+        .execute(
+            &format!("DELETE FROM calls WHERE run_id IN ({finished})"),
+            [cutoff],
+        )
+        .map_err(db(op))?;
+    let checkpoints = conn
+        .execute(
+            &format!("DELETE FROM checkpoints WHERE run_id IN ({finished})"),
+            [cutoff],
+        )
+        .map_err(db(op))?;
+    let runs = conn
+        .execute("DELETE FROM runs WHERE finished_at <= ?1", [cutoff])
+        .map_err(db(op))?;
+    let count = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
+    Ok(PruneReport {
+        runs: count(runs),
+        rows: count(rows),
+        checkpoints: count(checkpoints),
+    })
+}
+
+/// One row.
+pub(crate) fn get(
+    conn: &Connection,
+    run: &RunId,
+    call: &CallId,
+) -> LedgerResult<Option<LedgerRow>> {
+    let op = "get";
+    let raw = conn
+        .prepare_cached(&format!(
+            "SELECT {ROW_COLUMNS} FROM calls WHERE run_id = ?1 AND call_id = ?2"
+        ))
+        .and_then(|mut stmt| {
+            stmt.query_row([run.as_str(), call.as_str()], RawRow::read)
+                .optional()
+        })
+        .map_err(db(op))?;
+    raw.map(|raw| raw.decode(op)).transpose()
+}
+
+/// The run's rows in start order, only the unresolved ones when asked.
+pub(crate) fn rows(
+    conn: &Connection,
+    run: &RunId,
+    unresolved: bool,
+) -> LedgerResult<Vec<LedgerRow>> {
+    let op = if unresolved { "unresolved" } else { "rows" };
+    let filter = if unresolved {
+        " AND status = 'started'"
+    } else {
+        ""
+    };
+    let raws = conn
+        .prepare_cached(&format!(
+            "SELECT {ROW_COLUMNS} FROM calls WHERE run_id = ?1{filter} ORDER BY seq"
+        ))
+        .and_then(|mut stmt| {
+            stmt.query_map([run.as_str()], RawRow::read)?
+                .collect::<rusqlite::Result<Vec<_>>>()
+        })
+        .map_err(db(op))?;
+    raws.into_iter().map(|raw| raw.decode(op)).collect()
+}
+
+/// Runs with rows or a checkpoint and no finished mark.
+pub(crate) fn unfinished_runs(conn: &Connection) -> LedgerResult<Vec<RunId>> {
+    conn.prepare_cached(
+        "SELECT run_id FROM calls UNION SELECT run_id FROM checkpoints \
+         EXCEPT SELECT run_id FROM runs ORDER BY 1",
+    )
+    .and_then(|mut stmt| {
+        stmt.query_map([], |row| row.get::<_, String>(0).map(RunId::from))?
+            .collect()
+    })
+    .map_err(db("unfinished_runs"))
+}
+
+/// The run's checkpoint.
+pub(crate) fn load_checkpoint(conn: &Connection, run: &RunId) -> LedgerResult<Option<Checkpoint>> {
+    conn.prepare_cached("SELECT version, data, saved_at FROM checkpoints WHERE run_id = ?1")
+        .and_then(|mut stmt| {
+            stmt.query_row([run.as_str()], |row| {
+                Ok(Checkpoint {
+                    run_id: run.clone(),
+                    version: u64::try_from(row.get::<_, i64>(0)?).unwrap_or(0),
+                    data: row.get(1)?,
+                    saved_at: timestamp(row.get(2)?),
+                })
+            })
+            .optional()
+        })
+        .map_err(db("load_checkpoint"))
+}
+
+fn control_str(control: ToolControl) -> &'static str {
+    match control {
+        ToolControl::Terminate => "terminate",
+        ToolControl::ReturnDirect => "return_direct",
+    }
+}
+
+fn parse_control(text: &str) -> Option<ToolControl> {
+    match text {
+        "terminate" => Some(ToolControl::Terminate),
+        "return_direct" => Some(ToolControl::ReturnDirect),
+        _ => None,
+    }
+}
+
+/// A row's columns as SQLite returns them, before they are checked.
+struct RawRow {
+    run_id: String,
+    call_id: String,
+    parent_call_id: Option<String>,
+    tool_name: String,
+    args_hash: String,
+    replay: String,
+    status: String,
+    attempts: i64,
+    started_at: i64,
+    settled_at: Option<i64>,
+    content: Option<String>,
+    is_error: Option<bool>,
+    metadata: Option<String>,
+    control: Option<String>,
+    original_bytes: Option<i64>,
+    truncated: Option<bool>,
+}
+
+impl RawRow {
+    fn read(row: &Row<'_>) -> rusqlite::Result<Self> {
+        Ok(Self {
+            run_id: row.get(0)?,
+            call_id: row.get(1)?,
+            parent_call_id: row.get(2)?,
+            tool_name: row.get(3)?,
+            args_hash: row.get(4)?,
+            replay: row.get(5)?,
+            status: row.get(6)?,
+            attempts: row.get(7)?,
+            started_at: row.get(8)?,
+            settled_at: row.get(9)?,
+            content: row.get(10)?,
+            is_error: row.get(11)?,
+            metadata: row.get(12)?,
+            control: row.get(13)?,
+            original_bytes: row.get(14)?,
+            truncated: row.get(15)?,
+        })
+    }
+
+    fn decode(self, op: &'static str) -> LedgerResult<LedgerRow> {
+        let bad = |what: String| {
+            LedgerError::storage(
+                op,
+                format!(
+                    "row ({}, {}) is unreadable: {what}",
+                    self.run_id, self.call_id
+                ),
+            )
+        };
+        let status = CallStatus::parse(&self.status)
+            .ok_or_else(|| bad(format!("unknown status '{}'", self.status)))?;
+        let replay = rules::parse_replay(&self.replay)
+            .ok_or_else(|| bad(format!("unknown replay class '{}'", self.replay)))?;
+        let result = match (status.is_settled(), &self.content) {
+            (false, _) => None,
+            (true, None) => return Err(bad("a settled row without a result".into())),
+            (true, Some(content)) => Some(StoredResult {
+                content: content.clone(),
+                is_error: self.is_error.unwrap_or(false),
+                metadata: match &self.metadata {
+                    Some(text) => Some(
+                        serde_json::from_str(text)
+                            .map_err(|err| bad(format!("metadata is not JSON: {err}")))?,
+                    ),
+                    None => None,
+                },
+                control: match &self.control {
+                    Some(text) => Some(
+                        parse_control(text)
+                            .ok_or_else(|| bad(format!("unknown control '{text}'")))?,
+                    ),
+                    None => None,
+                },
+                original_bytes: self
+                    .original_bytes
+                    .and_then(|n| u64::try_from(n).ok())
+                    .unwrap_or(0),
+                truncated: self.truncated.unwrap_or(false),
+            }),
+        };
+        Ok(LedgerRow {
+            parent_call_id: self.parent_call_id.as_deref().map(CallId::new),
+            tool_name: self.tool_name,
+            args_hash: self.args_hash,
+            replay,
+            status,
+            attempts: u32::try_from(self.attempts).unwrap_or(u32::MAX),
+            started_at: timestamp(self.started_at),
+            settled_at: self.settled_at.map(timestamp),
+            result,
+            run_id: RunId::from(self.run_id),
+            call_id: CallId::new(self.call_id),
+        })
+    }
+}

@@ -1,0 +1,212 @@
+//! Crash tests: an agent whose tool call is in flight is killed with SIGKILL
+//! at each point of the call — before its started row is durable, after it,
+//! after the tool's effect, after the settled row — and the ledger is
+//! reopened by a new process. The rows are exactly what the guarantee in
+//! `docs/effect-ledger.md` promises, and recovery never repeats the effect.
+#![cfg(unix)]
+#![allow(missing_docs, clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use tinyagents::ledger::CommitPoint;
+use tinyagents::prelude::*;
+use tinyagents::{CallId, CallStatus, EffectLedger, ResumeOptions, RunId, SqliteLedger, SqliteOptions, ToolReplay};
+
+const POINT: &str = "TINYAGENTS_CRASH_POINT";
+const DIR: &str = "TINYAGENTS_CRASH_DIR";
+const RUN: &str = "crash-run";
+
+fn reached(dir: &Path) {
+    std::fs::write(dir.join("reached"), b"1").unwrap();
+}
+
+fn effects(dir: &Path) -> usize {
+    std::fs::read_to_string(dir.join("effects")).map(|s| s.lines().count()).unwrap_or(0)
+}
+
+/// `pay` (never replayed) appends to the effects file; `check` (replay-safe)
+/// answers `ok`. `stall` names the tool that stops forever once it acted.
+fn tools(dir: &Path, stall: Option<&'static str>) -> Vec<Arc<dyn Tool>> {
+    let pay_dir = dir.to_path_buf();
+    let pay = FnTool::new("pay", "Pays.", move |_: serde_json::Map<String, serde_json::Value>| {
+        let dir = pay_dir.clone();
+        async move {
+            use std::io::Write;
+            let mut file = std::fs::OpenOptions::new().create(true).append(true).open(dir.join("effects"))?;
+            writeln!(file, "paid")?;
+            file.sync_all()?;
+            if stall == Some("pay") {
+                reached(&dir);
+                std::future::pending::<()>().await;
+            }
+            anyhow::Ok("paid")
+        }
+    })
+    .map_spec(|s| s.replay(ToolReplay::Never));
+    let check_dir = dir.to_path_buf();
+    let check = FnTool::new("check", "Checks.", move |_: serde_json::Map<String, serde_json::Value>| {
+        let dir = check_dir.clone();
+        async move {
+            if stall == Some("check") {
+                reached(&dir);
+                std::future::pending::<()>().await;
+            }
+            anyhow::Ok("ok")
+        }
+    })
+    .map_spec(|s| s.replay(ToolReplay::Safe));
+    vec![Arc::new(pay), Arc::new(check)]
+}
+
+fn harness(model: ScriptedModel, ledger: Arc<dyn EffectLedger>, tools: Vec<Arc<dyn Tool>>) -> AgentHarness {
+    let mut builder = AgentHarness::builder(Arc::new(model)).ledger(ledger);
+    for tool in tools {
+        builder.register(tool).unwrap();
+    }
+    builder.build().unwrap()
+}
+
+/// The child process: runs the agent until the crash point, where it stops
+/// for the parent to kill it.
+#[test]
+#[ignore = "run by the crash tests as a child process"]
+fn crash_child() {
+    let (Ok(point), Ok(dir)) = (std::env::var(POINT), std::env::var(DIR)) else {
+        return;
+    };
+    let dir = PathBuf::from(dir);
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    runtime.block_on(async move {
+        let hook_dir = dir.clone();
+        let hook_point = point.clone();
+        let options = SqliteOptions::default().commit_hook(move |at| {
+            let stop = match (hook_point.as_str(), at) {
+                ("before_started", CommitPoint::BeforeCommit { started }) => started > 0,
+                ("after_started", CommitPoint::AfterCommit { started }) => started > 0,
+                _ => false,
+            };
+            if stop {
+                reached(&hook_dir);
+                loop {
+                    std::thread::sleep(Duration::from_secs(60));
+                }
+            }
+        });
+        let ledger = SqliteLedger::open_with(dir.join("ledger.db"), options).await.unwrap();
+        let stall = match point.as_str() {
+            "after_effect" => Some("pay"),
+            "after_settled" => Some("check"),
+            _ => None,
+        };
+        let model = ScriptedModel::new([
+            ScriptedModel::tool_call("pay", json!({"amount": 10})),
+            ScriptedModel::tool_call("check", json!({})),
+            ChatResponse::text("unreachable"),
+        ]);
+        let harness = harness(model, Arc::new(ledger), tools(&dir, stall));
+        let _ = harness
+            .run_with(RunRequest::new("pay").with_run_id(RunId::from(RUN)), &EventSink::none())
+            .await;
+    });
+}
+
+/// Runs the child until it reaches `point`, then kills it with SIGKILL.
+fn crash_at(point: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "crash_child", "--ignored", "--nocapture", "--test-threads", "1"])
+        .env(POINT, point)
+        .env(DIR, dir.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !dir.path().join("reached").exists() {
+        if let Some(status) = child.try_wait().unwrap() {
+            panic!("the child ended ({status}) before reaching {point}");
+        }
+        assert!(Instant::now() < deadline, "the child never reached {point}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    dir
+}
+
+async fn reopen(dir: &Path) -> Arc<SqliteLedger> {
+    Arc::new(SqliteLedger::open(dir.join("ledger.db")).await.unwrap())
+}
+
+async fn statuses(ledger: &SqliteLedger) -> Vec<(String, CallStatus)> {
+    ledger
+        .rows(&RunId::from(RUN))
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|row| (row.call_id.to_string(), row.status))
+        .collect()
+}
+
+#[tokio::test]
+async fn killed_before_the_started_row_is_durable_nothing_started_and_nothing_happened() {
+    let dir = crash_at("before_started");
+    let ledger = reopen(dir.path()).await;
+    assert!(statuses(&ledger).await.is_empty());
+    assert_eq!(effects(dir.path()), 0, "the tool never ran: its start was not acknowledged");
+    let recovering = harness(ScriptedModel::new([]), ledger, tools(dir.path(), None));
+    let error = recovering.recover(&RunId::from(RUN), ResumeOptions::default(), &EventSink::none()).await.unwrap_err();
+    assert_eq!(error, TinyAgentsError::State(format!("run {RUN} has no checkpoint to recover from")));
+}
+
+#[tokio::test]
+async fn killed_after_the_started_row_the_call_is_in_doubt_and_recovery_does_not_repeat_it() {
+    let dir = crash_at("after_started");
+    let ledger = reopen(dir.path()).await;
+    assert_eq!(statuses(&ledger).await, [("p1".to_owned(), CallStatus::Started)]);
+    assert_eq!(effects(dir.path()), 0);
+    let recovering = harness(ScriptedModel::new([ChatResponse::text("told the user")]), ledger.clone(), tools(dir.path(), None));
+    let run = recovering.recover(&RunId::from(RUN), ResumeOptions::default(), &EventSink::none()).await.unwrap();
+    assert_eq!(run.final_text, "told the user");
+    assert!(tinyagents_tests::tool_results(&run.messages)[0].1.starts_with("interrupted, outcome unknown"));
+    assert_eq!(effects(dir.path()), 0, "a ToolReplay::Never call in doubt is not run again");
+    assert_eq!(statuses(&ledger).await, [("p1".to_owned(), CallStatus::Interrupted)]);
+}
+
+#[tokio::test]
+async fn killed_after_the_effect_the_call_is_in_doubt_and_the_effect_is_not_repeated() {
+    let dir = crash_at("after_effect");
+    let ledger = reopen(dir.path()).await;
+    assert_eq!(statuses(&ledger).await, [("p1".to_owned(), CallStatus::Started)]);
+    assert_eq!(effects(dir.path()), 1);
+    let recovering = harness(ScriptedModel::new([ChatResponse::text("told the user")]), ledger.clone(), tools(dir.path(), None));
+    let run = recovering.recover(&RunId::from(RUN), ResumeOptions::default(), &EventSink::none()).await.unwrap();
+    tinyagents_tests::assert_transcript_paired(&run.messages);
+    assert_eq!(effects(dir.path()), 1, "the payment happened exactly once");
+}
+
+#[tokio::test]
+async fn killed_after_the_settled_row_the_call_is_answered_from_its_row() {
+    let dir = crash_at("after_settled");
+    let ledger = reopen(dir.path()).await;
+    assert_eq!(
+        statuses(&ledger).await,
+        [("p1".to_owned(), CallStatus::Completed), ("p2".to_owned(), CallStatus::Started)]
+    );
+    let paid = ledger.get(&RunId::from(RUN), &CallId::new("p1")).await.unwrap().unwrap();
+    assert_eq!(paid.result.unwrap().content, "paid");
+    let recovering = harness(ScriptedModel::new([ChatResponse::text("all done")]), ledger.clone(), tools(dir.path(), None));
+    let run = recovering.recover(&RunId::from(RUN), ResumeOptions::default(), &EventSink::none()).await.unwrap();
+    assert_eq!(run.final_text, "all done");
+    let results = tinyagents_tests::tool_results(&run.messages);
+    assert_eq!(results.iter().map(|r| r.1.as_str()).collect::<Vec<_>>(), ["paid", "ok"]);
+    assert_eq!(effects(dir.path()), 1, "the settled payment was not run again");
+    assert_eq!(
+        statuses(&ledger).await,
+        [("p1".to_owned(), CallStatus::Completed), ("p2".to_owned(), CallStatus::Completed)]
+    );
+}
