@@ -3,11 +3,9 @@
 
 use std::collections::BTreeSet;
 
-use async_trait::async_trait;
-use tinyagents_core::{RunContext, State, TinyAgentsError, ToolCall};
+use tinyagents_core::{RunContext, ToolCall};
 
-use crate::decision::PolicyDecision;
-use crate::hooks::{Middleware, ToolVerdict};
+use crate::decision::{CallPolicy, PolicyDecision};
 
 /// Lets only the named tools run; every other call is refused.
 #[derive(Debug, Clone, Default)]
@@ -31,10 +29,16 @@ impl ToolAllowlistMiddleware {
     pub fn allows(&self, name: &str) -> bool {
         self.allowed.contains(name)
     }
+}
+
+impl CallPolicy for ToolAllowlistMiddleware {
+    fn policy_name(&self) -> &str {
+        "tool_allowlist"
+    }
 
     /// The decision about `call`, shared by `before_tool` and
     /// `check_nested_tool`.
-    pub fn decide(&self, _ctx: &RunContext, call: &ToolCall) -> PolicyDecision {
+    fn decide(&self, _ctx: &RunContext, call: &ToolCall) -> PolicyDecision {
         if self.allows(&call.name) {
             return PolicyDecision::Allow;
         }
@@ -58,34 +62,10 @@ impl ToolAllowlistMiddleware {
     }
 }
 
-#[async_trait]
-impl Middleware for ToolAllowlistMiddleware {
-    fn name(&self) -> &str {
-        "tool_allowlist"
-    }
-
-    async fn before_tool(
-        &self,
-        ctx: &mut RunContext,
-        _state: &State,
-        call: &mut ToolCall,
-    ) -> Result<ToolVerdict, TinyAgentsError> {
-        Ok(self.decide(ctx, call).into_verdict())
-    }
-
-    async fn check_nested_tool(
-        &self,
-        ctx: &RunContext,
-        _state: &State,
-        call: &ToolCall,
-    ) -> Result<(), TinyAgentsError> {
-        self.decide(ctx, call).into_nested(self.name(), call)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::hooks::ToolVerdict;
     use crate::testing::{call, ctx_with, denied_reason, model, nested};
     use serde_json::json;
 

@@ -11,11 +11,10 @@ use std::collections::HashSet;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 
-use async_trait::async_trait;
-use tinyagents_core::{RunContext, State, TinyAgentsError, ToolCall};
+use tinyagents_core::{RunContext, ToolCall};
 
-use crate::decision::PolicyDecision;
-use crate::hooks::{Middleware, ToolVerdict, tool_spec};
+use crate::decision::{CallPolicy, PolicyDecision};
+use crate::hooks::tool_spec;
 
 /// Asked about each flagged call that was not approved by id; `true`
 /// approves it (a host may auto-approve). A nested call is recognisable by
@@ -93,10 +92,33 @@ impl HumanApprovalMiddleware {
         self.tools.contains(name) || tool_spec(ctx, name).is_some_and(|spec| spec.approval_required)
     }
 
+    /// The callback's answer; `Some(false)` without a callback, `None` when
+    /// it panicked.
+    fn ask(&self, call: &ToolCall) -> Option<bool> {
+        match &self.approve {
+            None => Some(false),
+            Some(approve) => catch_unwind(AssertUnwindSafe(|| approve(call))).ok(),
+        }
+    }
+
+    /// Tells the outcome callback; `false` when it panicked.
+    fn report(&self, call: &ToolCall, outcome: ApprovalOutcome) -> bool {
+        match &self.on_outcome {
+            None => true,
+            Some(observe) => catch_unwind(AssertUnwindSafe(|| observe(call, outcome))).is_ok(),
+        }
+    }
+}
+
+impl CallPolicy for HumanApprovalMiddleware {
+    fn policy_name(&self) -> &str {
+        "human_approval"
+    }
+
     /// The decision about `call`, shared by `before_tool` and
     /// `check_nested_tool` (where a deferral becomes the nested approval
     /// error).
-    pub fn decide(&self, ctx: &RunContext, call: &ToolCall) -> PolicyDecision {
+    fn decide(&self, ctx: &RunContext, call: &ToolCall) -> PolicyDecision {
         if !self.is_flagged(ctx, &call.name) {
             return PolicyDecision::Allow;
         }
@@ -128,53 +150,12 @@ impl HumanApprovalMiddleware {
             )),
         }
     }
-
-    /// The callback's answer; `Some(false)` without a callback, `None` when
-    /// it panicked.
-    fn ask(&self, call: &ToolCall) -> Option<bool> {
-        match &self.approve {
-            None => Some(false),
-            Some(approve) => catch_unwind(AssertUnwindSafe(|| approve(call))).ok(),
-        }
-    }
-
-    /// Tells the outcome callback; `false` when it panicked.
-    fn report(&self, call: &ToolCall, outcome: ApprovalOutcome) -> bool {
-        match &self.on_outcome {
-            None => true,
-            Some(observe) => catch_unwind(AssertUnwindSafe(|| observe(call, outcome))).is_ok(),
-        }
-    }
-}
-
-#[async_trait]
-impl Middleware for HumanApprovalMiddleware {
-    fn name(&self) -> &str {
-        "human_approval"
-    }
-
-    async fn before_tool(
-        &self,
-        ctx: &mut RunContext,
-        _state: &State,
-        call: &mut ToolCall,
-    ) -> Result<ToolVerdict, TinyAgentsError> {
-        Ok(self.decide(ctx, call).into_verdict())
-    }
-
-    async fn check_nested_tool(
-        &self,
-        ctx: &RunContext,
-        _state: &State,
-        call: &ToolCall,
-    ) -> Result<(), TinyAgentsError> {
-        self.decide(ctx, call).into_nested(self.name(), call)
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::hooks::ToolVerdict;
     use crate::testing::{call, ctx_with, denied_reason, model, nested, spec};
     use parking_lot::Mutex;
     use serde_json::json;

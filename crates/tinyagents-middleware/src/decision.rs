@@ -3,9 +3,47 @@
 //! (`before_tool`) and admit-or-refuse for a nested call
 //! (`check_nested_tool`), which cannot be deferred.
 
-use tinyagents_core::{TinyAgentsError, ToolCall};
+use async_trait::async_trait;
+use tinyagents_core::{RunContext, State, TinyAgentsError, ToolCall};
 
-use crate::hooks::ToolVerdict;
+use crate::hooks::{Middleware, ToolVerdict};
+
+/// A policy that decides each tool call in one place. Every `CallPolicy` is
+/// a [`Middleware`] whose `before_tool` and `check_nested_tool` both apply
+/// that one decision, so an enforcement can never reach model-issued calls
+/// and miss nested ones.
+pub trait CallPolicy: Send + Sync {
+    /// The name refusals cite.
+    fn policy_name(&self) -> &str;
+
+    /// Decides about one call, model-issued or nested (`call.id.is_nested()`).
+    fn decide(&self, ctx: &RunContext, call: &ToolCall) -> PolicyDecision;
+}
+
+#[async_trait]
+impl<P: CallPolicy> Middleware for P {
+    fn name(&self) -> &str {
+        self.policy_name()
+    }
+
+    async fn before_tool(
+        &self,
+        ctx: &mut RunContext,
+        _state: &State,
+        call: &mut ToolCall,
+    ) -> Result<ToolVerdict, TinyAgentsError> {
+        Ok(self.decide(ctx, call).into_verdict())
+    }
+
+    async fn check_nested_tool(
+        &self,
+        ctx: &RunContext,
+        _state: &State,
+        call: &ToolCall,
+    ) -> Result<(), TinyAgentsError> {
+        self.decide(ctx, call).into_nested(self.policy_name(), call)
+    }
+}
 
 /// What a policy decides about one call, before it is mapped onto the path
 /// the call came by.

@@ -58,7 +58,7 @@ pub mod guide {}
 
 pub use allowlist::ToolAllowlistMiddleware;
 pub use approval::{ApprovalFn, ApprovalOutcome, ApprovalOutcomeFn, HumanApprovalMiddleware};
-pub use decision::{PolicyDecision, nested_approval_reason};
+pub use decision::{CallPolicy, PolicyDecision, nested_approval_reason};
 pub use gate::{GateDecision, OutputVerdict, SecurityGate, ToolCallRequest};
 pub use hooks::{Middleware, ToolVerdict, tool_spec};
 pub use plan_mode::PlanModeMiddleware;

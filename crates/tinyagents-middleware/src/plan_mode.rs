@@ -5,11 +5,10 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use async_trait::async_trait;
-use tinyagents_core::{RunContext, State, TinyAgentsError, ToolCall};
+use tinyagents_core::{RunContext, ToolCall};
 
-use crate::decision::PolicyDecision;
-use crate::hooks::{Middleware, ToolVerdict, tool_spec};
+use crate::decision::{CallPolicy, PolicyDecision};
+use crate::hooks::tool_spec;
 
 /// Lets only read-only tools run while plan mode is on.
 #[derive(Debug, Default)]
@@ -35,10 +34,16 @@ impl PlanModeMiddleware {
     pub fn is_enabled(&self) -> bool {
         self.enabled.load(Ordering::Acquire)
     }
+}
+
+impl CallPolicy for PlanModeMiddleware {
+    fn policy_name(&self) -> &str {
+        "plan_mode"
+    }
 
     /// The decision about `call`, shared by `before_tool` and
     /// `check_nested_tool`.
-    pub fn decide(&self, ctx: &RunContext, call: &ToolCall) -> PolicyDecision {
+    fn decide(&self, ctx: &RunContext, call: &ToolCall) -> PolicyDecision {
         if !self.is_enabled() || tool_spec(ctx, &call.name).is_some_and(|spec| spec.read_only) {
             return PolicyDecision::Allow;
         }
@@ -50,34 +55,10 @@ impl PlanModeMiddleware {
     }
 }
 
-#[async_trait]
-impl Middleware for PlanModeMiddleware {
-    fn name(&self) -> &str {
-        "plan_mode"
-    }
-
-    async fn before_tool(
-        &self,
-        ctx: &mut RunContext,
-        _state: &State,
-        call: &mut ToolCall,
-    ) -> Result<ToolVerdict, TinyAgentsError> {
-        Ok(self.decide(ctx, call).into_verdict())
-    }
-
-    async fn check_nested_tool(
-        &self,
-        ctx: &RunContext,
-        _state: &State,
-        call: &ToolCall,
-    ) -> Result<(), TinyAgentsError> {
-        self.decide(ctx, call).into_nested(self.name(), call)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::hooks::ToolVerdict;
     use crate::testing::{call, ctx_with, denied_reason, model, nested, spec};
     use serde_json::json;
 

@@ -5,12 +5,11 @@
 
 use std::collections::{HashMap, HashSet};
 
-use async_trait::async_trait;
-use tinyagents_core::{RunContext, State, TinyAgentsError, ToolCall};
+use tinyagents_core::{RunContext, ToolCall};
 use tinytools::{SideEffects, ToolSpec};
 
-use crate::decision::PolicyDecision;
-use crate::hooks::{Middleware, ToolVerdict, tool_spec};
+use crate::decision::{CallPolicy, PolicyDecision};
+use crate::hooks::tool_spec;
 
 /// How the host classified one tool.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -104,10 +103,16 @@ impl ToolPolicyMiddleware {
             None => spec.side_effects,
         }
     }
+}
+
+impl CallPolicy for ToolPolicyMiddleware {
+    fn policy_name(&self) -> &str {
+        "tool_policy"
+    }
 
     /// The decision about `call`, shared by `before_tool` and
     /// `check_nested_tool`.
-    pub fn decide(&self, ctx: &RunContext, call: &ToolCall) -> PolicyDecision {
+    fn decide(&self, ctx: &RunContext, call: &ToolCall) -> PolicyDecision {
         let name = &call.name;
         let Some(spec) = tool_spec(ctx, name) else {
             return PolicyDecision::deny(format!(
@@ -147,34 +152,10 @@ impl ToolPolicyMiddleware {
     }
 }
 
-#[async_trait]
-impl Middleware for ToolPolicyMiddleware {
-    fn name(&self) -> &str {
-        "tool_policy"
-    }
-
-    async fn before_tool(
-        &self,
-        ctx: &mut RunContext,
-        _state: &State,
-        call: &mut ToolCall,
-    ) -> Result<ToolVerdict, TinyAgentsError> {
-        Ok(self.decide(ctx, call).into_verdict())
-    }
-
-    async fn check_nested_tool(
-        &self,
-        ctx: &RunContext,
-        _state: &State,
-        call: &ToolCall,
-    ) -> Result<(), TinyAgentsError> {
-        self.decide(ctx, call).into_nested(self.name(), call)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::hooks::ToolVerdict;
     use crate::testing::{call, ctx_with, denied_reason, model, nested, spec};
     use serde_json::json;
     use tinyagents_core::args_hash;

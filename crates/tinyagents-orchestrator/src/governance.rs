@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use tinyagents_core::{Message, RunContext, State, TinyAgentsError, ToolCall};
-use tinyagents_middleware::{Middleware, PolicyDecision, ToolVerdict};
+use tinyagents_middleware::{CallPolicy, Middleware, PolicyDecision};
 use tinytools::{SideEffects, Tool};
 
 use crate::definition::{AgentDefinition, ToolPolicy};
@@ -105,6 +105,12 @@ impl ApprovalHold {
     pub(crate) fn new(tools: BTreeSet<String>) -> Self {
         Self { tools }
     }
+}
+
+impl CallPolicy for ApprovalHold {
+    fn policy_name(&self) -> &str {
+        "agent_tool_policy"
+    }
 
     fn decide(&self, ctx: &RunContext, call: &ToolCall) -> PolicyDecision {
         if !self.tools.contains(&call.name)
@@ -117,31 +123,6 @@ impl ApprovalHold {
                 call.name
             ))
         }
-    }
-}
-
-#[async_trait]
-impl Middleware for ApprovalHold {
-    fn name(&self) -> &str {
-        "agent_tool_policy"
-    }
-
-    async fn before_tool(
-        &self,
-        ctx: &mut RunContext,
-        _state: &State,
-        call: &mut ToolCall,
-    ) -> Result<ToolVerdict, TinyAgentsError> {
-        Ok(self.decide(ctx, call).into_verdict())
-    }
-
-    async fn check_nested_tool(
-        &self,
-        ctx: &RunContext,
-        _state: &State,
-        call: &ToolCall,
-    ) -> Result<(), TinyAgentsError> {
-        self.decide(ctx, call).into_nested(self.name(), call)
     }
 }
 
