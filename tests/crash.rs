@@ -14,7 +14,9 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use tinyagents::ledger::CommitPoint;
 use tinyagents::prelude::*;
-use tinyagents::{CallId, CallStatus, EffectLedger, ResumeOptions, RunId, SqliteLedger, SqliteOptions, ToolReplay};
+use tinyagents::{
+    CallId, CallStatus, EffectLedger, ResumeOptions, RunId, SqliteLedger, SqliteOptions, ToolReplay,
+};
 
 const POINT: &str = "TINYAGENTS_CRASH_POINT";
 const DIR: &str = "TINYAGENTS_CRASH_DIR";
@@ -25,44 +27,61 @@ fn reached(dir: &Path) {
 }
 
 fn effects(dir: &Path) -> usize {
-    std::fs::read_to_string(dir.join("effects")).map(|s| s.lines().count()).unwrap_or(0)
+    std::fs::read_to_string(dir.join("effects"))
+        .map(|s| s.lines().count())
+        .unwrap_or(0)
 }
 
 /// `pay` (never replayed) appends to the effects file; `check` (replay-safe)
 /// answers `ok`. `stall` names the tool that stops forever once it acted.
 fn tools(dir: &Path, stall: Option<&'static str>) -> Vec<Arc<dyn Tool>> {
     let pay_dir = dir.to_path_buf();
-    let pay = FnTool::new("pay", "Pays.", move |_: serde_json::Map<String, serde_json::Value>| {
-        let dir = pay_dir.clone();
-        async move {
-            use std::io::Write;
-            let mut file = std::fs::OpenOptions::new().create(true).append(true).open(dir.join("effects"))?;
-            writeln!(file, "paid")?;
-            file.sync_all()?;
-            if stall == Some("pay") {
-                reached(&dir);
-                std::future::pending::<()>().await;
+    let pay = FnTool::new(
+        "pay",
+        "Pays.",
+        move |_: serde_json::Map<String, serde_json::Value>| {
+            let dir = pay_dir.clone();
+            async move {
+                use std::io::Write;
+                let mut file = std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(dir.join("effects"))?;
+                writeln!(file, "paid")?;
+                file.sync_all()?;
+                if stall == Some("pay") {
+                    reached(&dir);
+                    std::future::pending::<()>().await;
+                }
+                anyhow::Ok("paid")
             }
-            anyhow::Ok("paid")
-        }
-    })
+        },
+    )
     .map_spec(|s| s.replay(ToolReplay::Never));
     let check_dir = dir.to_path_buf();
-    let check = FnTool::new("check", "Checks.", move |_: serde_json::Map<String, serde_json::Value>| {
-        let dir = check_dir.clone();
-        async move {
-            if stall == Some("check") {
-                reached(&dir);
-                std::future::pending::<()>().await;
+    let check = FnTool::new(
+        "check",
+        "Checks.",
+        move |_: serde_json::Map<String, serde_json::Value>| {
+            let dir = check_dir.clone();
+            async move {
+                if stall == Some("check") {
+                    reached(&dir);
+                    std::future::pending::<()>().await;
+                }
+                anyhow::Ok("ok")
             }
-            anyhow::Ok("ok")
-        }
-    })
+        },
+    )
     .map_spec(|s| s.replay(ToolReplay::Safe));
     vec![Arc::new(pay), Arc::new(check)]
 }
 
-fn harness(model: ScriptedModel, ledger: Arc<dyn EffectLedger>, tools: Vec<Arc<dyn Tool>>) -> AgentHarness {
+fn harness(
+    model: ScriptedModel,
+    ledger: Arc<dyn EffectLedger>,
+    tools: Vec<Arc<dyn Tool>>,
+) -> AgentHarness {
     let mut builder = AgentHarness::builder(Arc::new(model)).ledger(ledger);
     for tool in tools {
         builder.register(tool).unwrap();
@@ -79,7 +98,10 @@ fn crash_child() {
         return;
     };
     let dir = PathBuf::from(dir);
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     runtime.block_on(async move {
         let hook_dir = dir.clone();
         let hook_point = point.clone();
@@ -96,7 +118,9 @@ fn crash_child() {
                 }
             }
         });
-        let ledger = SqliteLedger::open_with(dir.join("ledger.db"), options).await.unwrap();
+        let ledger = SqliteLedger::open_with(dir.join("ledger.db"), options)
+            .await
+            .unwrap();
         let stall = match point.as_str() {
             "after_effect" => Some("pay"),
             "after_settled" => Some("check"),
@@ -109,7 +133,10 @@ fn crash_child() {
         ]);
         let harness = harness(model, Arc::new(ledger), tools(&dir, stall));
         let _ = harness
-            .run_with(RunRequest::new("pay").with_run_id(RunId::from(RUN)), &EventSink::none())
+            .run_with(
+                RunRequest::new("pay").with_run_id(RunId::from(RUN)),
+                &EventSink::none(),
+            )
             .await;
     });
 }
@@ -118,7 +145,14 @@ fn crash_child() {
 fn crash_at(point: &str) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "crash_child", "--ignored", "--nocapture", "--test-threads", "1"])
+        .args([
+            "--exact",
+            "crash_child",
+            "--ignored",
+            "--nocapture",
+            "--test-threads",
+            "1",
+        ])
         .env(POINT, point)
         .env(DIR, dir.path())
         .stdout(Stdio::null())
@@ -157,34 +191,87 @@ async fn killed_before_the_started_row_is_durable_nothing_started_and_nothing_ha
     let dir = crash_at("before_started");
     let ledger = reopen(dir.path()).await;
     assert!(statuses(&ledger).await.is_empty());
-    assert_eq!(effects(dir.path()), 0, "the tool never ran: its start was not acknowledged");
+    assert_eq!(
+        effects(dir.path()),
+        0,
+        "the tool never ran: its start was not acknowledged"
+    );
     let recovering = harness(ScriptedModel::new([]), ledger, tools(dir.path(), None));
-    let error = recovering.recover(&RunId::from(RUN), ResumeOptions::default(), &EventSink::none()).await.unwrap_err();
-    assert_eq!(error, TinyAgentsError::State(format!("run {RUN} has no checkpoint to recover from")));
+    let error = recovering
+        .recover(
+            &RunId::from(RUN),
+            ResumeOptions::default(),
+            &EventSink::none(),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(
+        error,
+        TinyAgentsError::State(format!("run {RUN} has no checkpoint to recover from"))
+    );
 }
 
 #[tokio::test]
 async fn killed_after_the_started_row_the_call_is_in_doubt_and_recovery_does_not_repeat_it() {
     let dir = crash_at("after_started");
     let ledger = reopen(dir.path()).await;
-    assert_eq!(statuses(&ledger).await, [("p1".to_owned(), CallStatus::Started)]);
+    assert_eq!(
+        statuses(&ledger).await,
+        [("p1".to_owned(), CallStatus::Started)]
+    );
     assert_eq!(effects(dir.path()), 0);
-    let recovering = harness(ScriptedModel::new([ChatResponse::text("told the user")]), ledger.clone(), tools(dir.path(), None));
-    let run = recovering.recover(&RunId::from(RUN), ResumeOptions::default(), &EventSink::none()).await.unwrap();
+    let recovering = harness(
+        ScriptedModel::new([ChatResponse::text("told the user")]),
+        ledger.clone(),
+        tools(dir.path(), None),
+    );
+    let run = recovering
+        .recover(
+            &RunId::from(RUN),
+            ResumeOptions::default(),
+            &EventSink::none(),
+        )
+        .await
+        .unwrap();
     assert_eq!(run.final_text, "told the user");
-    assert!(tinyagents_tests::tool_results(&run.messages)[0].1.starts_with("interrupted, outcome unknown"));
-    assert_eq!(effects(dir.path()), 0, "a ToolReplay::Never call in doubt is not run again");
-    assert_eq!(statuses(&ledger).await, [("p1".to_owned(), CallStatus::Interrupted)]);
+    assert!(
+        tinyagents_tests::tool_results(&run.messages)[0]
+            .1
+            .starts_with("interrupted, outcome unknown")
+    );
+    assert_eq!(
+        effects(dir.path()),
+        0,
+        "a ToolReplay::Never call in doubt is not run again"
+    );
+    assert_eq!(
+        statuses(&ledger).await,
+        [("p1".to_owned(), CallStatus::Interrupted)]
+    );
 }
 
 #[tokio::test]
 async fn killed_after_the_effect_the_call_is_in_doubt_and_the_effect_is_not_repeated() {
     let dir = crash_at("after_effect");
     let ledger = reopen(dir.path()).await;
-    assert_eq!(statuses(&ledger).await, [("p1".to_owned(), CallStatus::Started)]);
+    assert_eq!(
+        statuses(&ledger).await,
+        [("p1".to_owned(), CallStatus::Started)]
+    );
     assert_eq!(effects(dir.path()), 1);
-    let recovering = harness(ScriptedModel::new([ChatResponse::text("told the user")]), ledger.clone(), tools(dir.path(), None));
-    let run = recovering.recover(&RunId::from(RUN), ResumeOptions::default(), &EventSink::none()).await.unwrap();
+    let recovering = harness(
+        ScriptedModel::new([ChatResponse::text("told the user")]),
+        ledger.clone(),
+        tools(dir.path(), None),
+    );
+    let run = recovering
+        .recover(
+            &RunId::from(RUN),
+            ResumeOptions::default(),
+            &EventSink::none(),
+        )
+        .await
+        .unwrap();
     tinyagents_tests::assert_transcript_paired(&run.messages);
     assert_eq!(effects(dir.path()), 1, "the payment happened exactly once");
 }
@@ -195,18 +282,46 @@ async fn killed_after_the_settled_row_the_call_is_answered_from_its_row() {
     let ledger = reopen(dir.path()).await;
     assert_eq!(
         statuses(&ledger).await,
-        [("p1".to_owned(), CallStatus::Completed), ("p2".to_owned(), CallStatus::Started)]
+        [
+            ("p1".to_owned(), CallStatus::Completed),
+            ("p2".to_owned(), CallStatus::Started)
+        ]
     );
-    let paid = ledger.get(&RunId::from(RUN), &CallId::new("p1")).await.unwrap().unwrap();
+    let paid = ledger
+        .get(&RunId::from(RUN), &CallId::new("p1"))
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(paid.result.unwrap().content, "paid");
-    let recovering = harness(ScriptedModel::new([ChatResponse::text("all done")]), ledger.clone(), tools(dir.path(), None));
-    let run = recovering.recover(&RunId::from(RUN), ResumeOptions::default(), &EventSink::none()).await.unwrap();
+    let recovering = harness(
+        ScriptedModel::new([ChatResponse::text("all done")]),
+        ledger.clone(),
+        tools(dir.path(), None),
+    );
+    let run = recovering
+        .recover(
+            &RunId::from(RUN),
+            ResumeOptions::default(),
+            &EventSink::none(),
+        )
+        .await
+        .unwrap();
     assert_eq!(run.final_text, "all done");
     let results = tinyagents_tests::tool_results(&run.messages);
-    assert_eq!(results.iter().map(|r| r.1.as_str()).collect::<Vec<_>>(), ["paid", "ok"]);
-    assert_eq!(effects(dir.path()), 1, "the settled payment was not run again");
+    assert_eq!(
+        results.iter().map(|r| r.1.as_str()).collect::<Vec<_>>(),
+        ["paid", "ok"]
+    );
+    assert_eq!(
+        effects(dir.path()),
+        1,
+        "the settled payment was not run again"
+    );
     assert_eq!(
         statuses(&ledger).await,
-        [("p1".to_owned(), CallStatus::Completed), ("p2".to_owned(), CallStatus::Completed)]
+        [
+            ("p1".to_owned(), CallStatus::Completed),
+            ("p2".to_owned(), CallStatus::Completed)
+        ]
     );
 }

@@ -892,15 +892,41 @@ async fn the_allow_list_hides_tools_from_the_model_and_refuses_them() {
 #[tokio::test]
 async fn a_grandchilds_events_arrive_wrapped_once_per_level() {
     let (sink, mut receiver) = event_channel(4);
-    let child = sink.delegated(tinyagents::CallId::new("p1"), tinyagents::AgentId::from("researcher"), 1);
-    let grandchild = child.delegated(tinyagents::CallId::new("p3"), tinyagents::AgentId::from("summarizer"), 2);
-    grandchild.emit(|| AgentEvent::ModelStarted { turn: 1 }).await;
+    let child = sink.delegated(
+        tinyagents::CallId::new("p1"),
+        tinyagents::AgentId::from("researcher"),
+        1,
+    );
+    let grandchild = child.delegated(
+        tinyagents::CallId::new("p3"),
+        tinyagents::AgentId::from("summarizer"),
+        2,
+    );
+    grandchild
+        .emit(|| AgentEvent::ModelStarted { turn: 1 })
+        .await;
     match receiver.recv().await.unwrap() {
-        AgentEvent::Delegated { parent_call_id, agent_id, depth: 1, event } => {
-            assert_eq!((parent_call_id.as_str(), agent_id.as_str()), ("p1", "researcher"));
+        AgentEvent::Delegated {
+            parent_call_id,
+            agent_id,
+            depth: 1,
+            event,
+        } => {
+            assert_eq!(
+                (parent_call_id.as_str(), agent_id.as_str()),
+                ("p1", "researcher")
+            );
             match *event {
-                AgentEvent::Delegated { parent_call_id, agent_id, depth: 2, event } => {
-                    assert_eq!((parent_call_id.as_str(), agent_id.as_str()), ("p3", "summarizer"));
+                AgentEvent::Delegated {
+                    parent_call_id,
+                    agent_id,
+                    depth: 2,
+                    event,
+                } => {
+                    assert_eq!(
+                        (parent_call_id.as_str(), agent_id.as_str()),
+                        ("p3", "summarizer")
+                    );
                     assert_eq!(*event, AgentEvent::ModelStarted { turn: 1 });
                 }
                 other => panic!("unexpected inner event {other:?}"),
@@ -923,7 +949,13 @@ async fn a_continued_conversation_numbers_its_calls_after_the_earlier_ones() {
         .unwrap()
         .build()
         .unwrap();
-    let run = second.run_with(RunRequest::new("again").with_history(earlier), &EventSink::none()).await.unwrap();
+    let run = second
+        .run_with(
+            RunRequest::new("again").with_history(earlier),
+            &EventSink::none(),
+        )
+        .await
+        .unwrap();
     let ids: Vec<String> = run
         .messages
         .iter()
@@ -949,6 +981,8 @@ async fn a_run_that_ends_in_an_error_ends_its_stream_with_run_failed() {
     assert!(run.is_err());
     assert_eq!(
         events.last(),
-        Some(&AgentEvent::RunFailed { error: "limit exceeded: max_tool_calls (limit 3, used 3)".into() })
+        Some(&AgentEvent::RunFailed {
+            error: "limit exceeded: max_tool_calls (limit 3, used 3)".into()
+        })
     );
 }

@@ -114,6 +114,13 @@ async fn invoke(
     tool.execute_with_context(call.arguments, ctx.opts, Some(ctx.tool_context))
         .await
         .map_err(|error| {
+            // Asking for approval is a signal to the harness, not a failure:
+            // it defers a model-issued call and refuses a nested one.
+            if let Some(asked @ TinyAgentsError::ApprovalRequired { .. }) =
+                error.downcast_ref::<TinyAgentsError>()
+            {
+                return asked.clone();
+            }
             let message = match error.downcast_ref::<TinyAgentsError>() {
                 Some(inner) => inner.to_string(),
                 None if ctx.detailed_errors => format!("{error:#}"),

@@ -18,7 +18,7 @@ use tinytools::{IdempotencyKey, ProgressSink, RegisteredTool, ToolCallOptions, T
 use tokio::sync::mpsc;
 use tracing::Instrument;
 
-use super::nested::{NestedRequest, NestedRunner, abandoned_error, attach_summary};
+use super::nested::{Abandoned, NestedRequest, NestedRunner, attach_summary};
 use super::{Slot, millis, with_deadline};
 use crate::events::EventSink;
 use crate::harness::AgentHarness;
@@ -74,8 +74,13 @@ impl AgentHarness {
                 _ => None,
             })
             .collect();
-        let mut nested =
-            (ctx.limits.max_nested_depth() > 0).then(|| NestedRunner::new(ctx.capture.tool_io));
+        let mut nested = (ctx.limits.max_nested_depth() > 0).then(|| {
+            NestedRunner::new(
+                ctx.capture.tool_io,
+                ctx.cancellation().clone(),
+                events.clone(),
+            )
+        });
         let mut start = 0;
         while start < runnable.len() && !ctx.is_cancelled() {
             let mut end = start + 1;
@@ -114,6 +119,7 @@ impl AgentHarness {
         for (_, call, _) in batch {
             self.emit_started(ctx, events, call).await;
         }
+        let mut nested = nested;
         let runner = nested.as_ref().map(|(runner, _)| Arc::clone(runner));
         let mut running: FuturesUnordered<BoxFuture<'_, Done>> = batch
             .iter()
@@ -134,16 +140,17 @@ impl AgentHarness {
             })
             .collect();
         let mut left = batch.len();
+        let serving = runner.as_ref();
         let drive = async {
-            match nested {
-                None => {
+            match (&mut nested, serving) {
+                (None, _) | (_, None) => {
                     while let Some(done) = running.next().await {
                         if let Done::Call(index, outcome) = done {
                             outcomes[index] = Some(outcome);
                         }
                     }
                 }
-                Some((runner, rx)) => {
+                (Some((_, rx)), Some(runner)) => {
                     while left > 0 {
                         tokio::select! {
                             Some(done) = running.next() => {
@@ -168,21 +175,21 @@ impl AgentHarness {
             () = ctx.cancellation().cancelled() => true,
             () = drive => false,
         };
+        // Drop what is left of the batch before reporting: a dropped call
+        // gives back what it held (budget, gate, a reserved event slot),
+        // and reporting may need it.
+        drop(running);
+        if let Some((runner, rx)) = &mut nested {
+            // Requests sent but never serviced: refused, with their events.
+            while let Ok(request) = rx.try_recv() {
+                runner.refuse_unserviced(request).await;
+            }
+        }
         if let Some(runner) = &runner {
             // Nested calls still in flight when the batch ends were left by
             // their parents (or the run was cancelled): each gets its end.
-            for abandoned in runner.abandon_all() {
-                let error = abandoned_error(&abandoned);
-                self.emit_nested_failed(
-                    events,
-                    &abandoned.id,
-                    &abandoned.parent,
-                    &abandoned.name,
-                    abandoned.duration_ms,
-                    error,
-                )
+            self.report_abandoned(events, runner, runner.abandon_all())
                 .await;
-            }
         }
         if cancelled {
             for &(index, call, _) in batch {
@@ -296,18 +303,7 @@ impl AgentHarness {
         };
         if let Some(runner) = nested {
             let (summary, abandoned) = runner.finish_parent(&call_id);
-            for child in abandoned {
-                let error = abandoned_error(&child);
-                self.emit_nested_failed(
-                    events,
-                    &child.id,
-                    &child.parent,
-                    &child.name,
-                    child.duration_ms,
-                    error,
-                )
-                .await;
-            }
+            self.report_abandoned(events, runner, abandoned).await;
             if let (Some(summary), Ok(result)) = (summary, result.as_mut()) {
                 attach_summary(result, summary);
             }
@@ -318,6 +314,27 @@ impl AgentHarness {
             result,
             duration_ms: millis(started),
             dropped,
+        }
+    }
+
+    /// Delivers the `ToolFailed` of nested calls whose end a sweep claimed.
+    async fn report_abandoned(
+        &self,
+        events: &EventSink,
+        runner: &NestedRunner,
+        abandoned: Vec<Abandoned>,
+    ) {
+        for call in abandoned {
+            self.emit_nested_failed(
+                events,
+                &call.id,
+                &call.parent,
+                &call.name,
+                call.duration_ms,
+                call.error,
+            )
+            .await;
+            runner.ended(&call.id);
         }
     }
 

@@ -323,7 +323,10 @@ impl AgentHarness {
         // Calls issued after a checkpoint that was lost keep their rows; new
         // calls number on after every id the ledger has seen, so a different
         // call never reuses one.
-        let rows = ledger.rows(run_id).await.map_err(|e| TinyAgentsError::State(e.to_string()))?;
+        let rows = ledger
+            .rows(run_id)
+            .await
+            .map_err(|e| TinyAgentsError::State(e.to_string()))?;
         let highest = rows
             .iter()
             .filter(|row| !row.call_id.is_nested())

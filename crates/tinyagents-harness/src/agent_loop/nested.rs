@@ -8,7 +8,9 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use parking_lot::Mutex;
 use serde_json::{Map, Value, json};
-use tinyagents_core::{CallId, TinyAgentsError, ToolResult};
+use tinyagents_core::{AgentEvent, CallId, CancellationToken, TinyAgentsError, ToolResult};
+
+use crate::events::EventSink;
 use tinytools::cut;
 use tokio::sync::{OwnedRwLockReadGuard, OwnedRwLockWriteGuard, RwLock, mpsc, oneshot};
 use tokio::time::Instant;
@@ -91,22 +93,33 @@ struct Summary {
     truncated: u64,
 }
 
+/// The bookkeeping of one turn's nested calls. A call is `in_flight` from
+/// the moment its `ToolStarted` was delivered until its end is claimed; it
+/// is `ending` while its terminal event is being delivered. Whoever claims a
+/// call's end (the call itself, its parent's settling, or the end of the
+/// batch) delivers its one terminal event; a call swept while `ending` lost
+/// its delivery to a drop, and the sweep delivers it.
 #[derive(Default)]
 struct RunnerState {
     active: HashSet<CallId>,
     next_child: HashMap<CallId, u32>,
     refusals: HashMap<CallId, u32>,
     in_flight: HashMap<CallId, InFlight>,
+    ending: HashMap<CallId, Abandoned>,
     holds: HashMap<CallId, HoldKind>,
+    /// The gate the fan-out of an exclusive nested holder shares.
+    child_gates: HashMap<CallId, Arc<RwLock<()>>>,
     summaries: HashMap<CallId, Summary>,
 }
 
-/// A nested call ended by its parent's settling, for the loop to report.
+/// A nested call whose end was claimed by a sweep (its parent settled, or
+/// the batch ended), for the loop to report with `ToolFailed`.
 pub(crate) struct Abandoned {
     pub(crate) id: CallId,
     pub(crate) parent: CallId,
     pub(crate) name: String,
     pub(crate) duration_ms: u64,
+    pub(crate) error: String,
 }
 
 /// The runner of one turn's nested calls.
@@ -115,6 +128,8 @@ pub(crate) struct NestedRunner {
     state: Mutex<RunnerState>,
     gate: Arc<RwLock<()>>,
     capture_args: bool,
+    cancel: CancellationToken,
+    events: EventSink,
 }
 
 fn parent_settled(name: &str, parent: &CallId, why: &str) -> TinyAgentsError {
@@ -126,13 +141,19 @@ fn parent_settled(name: &str, parent: &CallId, why: &str) -> TinyAgentsError {
 
 impl NestedRunner {
     /// A runner and the receiving end the loop services.
-    pub(crate) fn new(capture_args: bool) -> (Arc<Self>, mpsc::UnboundedReceiver<NestedRequest>) {
+    pub(crate) fn new(
+        capture_args: bool,
+        cancel: CancellationToken,
+        events: EventSink,
+    ) -> (Arc<Self>, mpsc::UnboundedReceiver<NestedRequest>) {
         let (tx, rx) = mpsc::unbounded_channel();
         let runner = Self {
             tx,
             state: Mutex::new(RunnerState::default()),
             gate: Arc::new(RwLock::new(())),
             capture_args,
+            cancel,
+            events,
         };
         (Arc::new(runner), rx)
     }
@@ -163,37 +184,9 @@ impl NestedRunner {
             .then(|| cut(&arguments.to_string(), SUMMARY_ARGS_BYTES))
     }
 
-    /// Records a call that ended without running (refused at admission).
-    pub(crate) fn record_refused(
-        &self,
-        id: &CallId,
-        parent: &CallId,
-        name: &str,
-        args: Option<String>,
-        error: &str,
-    ) {
-        let entry = SummaryEntry {
-            id: id.clone(),
-            name: name.to_owned(),
-            status: NestedStatus::Failed,
-            duration_ms: 0,
-            args,
-            error: self.summary_error(NestedStatus::Failed, error),
-        };
-        push_summary(&mut self.state.lock(), parent, entry);
-    }
-
-    /// Registers a call that starts running, with its hold on the gate.
-    pub(crate) fn start(
-        &self,
-        id: &CallId,
-        parent: &CallId,
-        name: &str,
-        args: Option<String>,
-        hold: Option<HoldKind>,
-    ) {
-        let mut state = self.state.lock();
-        state.in_flight.insert(
+    /// Registers a call whose `ToolStarted` was delivered.
+    pub(crate) fn started(&self, id: &CallId, parent: &CallId, name: &str, args: Option<String>) {
+        self.state.lock().in_flight.insert(
             id.clone(),
             InFlight {
                 parent: parent.clone(),
@@ -202,30 +195,62 @@ impl NestedRunner {
                 args,
             },
         );
-        if let Some(kind) = hold {
-            state.holds.insert(id.clone(), kind);
-        }
     }
 
-    /// Ends a running call. `false` when it had already been ended as
-    /// abandoned by its parent's settling: the caller then reports nothing.
-    pub(crate) fn end(&self, id: &CallId, status: NestedStatus, error: Option<&str>) -> bool {
-        let error = error.and_then(|e| self.summary_error(status, e));
+    /// Records the hold an admitted call runs under.
+    pub(crate) fn set_hold(&self, id: &CallId, kind: HoldKind) {
+        self.state.lock().holds.insert(id.clone(), kind);
+    }
+
+    /// Claims the end of a call: its summary entry is written, and the
+    /// caller delivers its terminal event, then calls [`Self::ended`].
+    /// `false` when its end was already claimed (by its parent's settling).
+    pub(crate) fn claim(&self, id: &CallId, status: NestedStatus, error: Option<&str>) -> bool {
         let mut state = self.state.lock();
         let Some(flight) = state.in_flight.remove(id) else {
             return false;
         };
-        state.holds.remove(id);
+        self.close(&mut state, id, flight, status, error.unwrap_or_default());
+        true
+    }
+
+    /// Moves a claimed call to `ending` and writes its summary entry.
+    fn close(
+        &self,
+        state: &mut RunnerState,
+        id: &CallId,
+        flight: InFlight,
+        status: NestedStatus,
+        error: &str,
+    ) {
+        let duration_ms = super::millis(flight.started);
+        state.ending.insert(
+            id.clone(),
+            Abandoned {
+                id: id.clone(),
+                parent: flight.parent.clone(),
+                name: flight.name.clone(),
+                duration_ms,
+                error: parent_settled(&flight.name, &flight.parent, "settled").to_string(),
+            },
+        );
         let entry = SummaryEntry {
             id: id.clone(),
             name: flight.name,
             status,
-            duration_ms: super::millis(flight.started),
+            duration_ms,
             args: flight.args,
-            error,
+            error: self.summary_error(status, error),
         };
-        push_summary(&mut state, &flight.parent, entry);
-        true
+        push_summary(state, &flight.parent, entry);
+    }
+
+    /// The terminal event of a claimed call was delivered.
+    pub(crate) fn ended(&self, id: &CallId) {
+        let mut state = self.state.lock();
+        state.ending.remove(id);
+        state.holds.remove(id);
+        state.child_gates.remove(id);
     }
 
     fn summary_error(&self, status: NestedStatus, error: &str) -> Option<String> {
@@ -233,18 +258,34 @@ impl NestedRunner {
         (keep && !error.is_empty()).then(|| cut(error, SUMMARY_ERROR_BYTES))
     }
 
-    /// The hold a nested call of `parent` runs under: inherited from a
-    /// nested parent, acquired when the parent was model-issued. A safe
-    /// parent's unsafe child is refused (a shared hold cannot be upgraded).
+    /// The hold a nested call of `parent` runs under. Children of a
+    /// model-issued call share the run's gate; the fan-out of an exclusive
+    /// nested holder shares that holder's own gate, so its unsafe children
+    /// still take turns without waiting on the run's gate their parent
+    /// holds; the safe child of a shared holder runs under its parent's hold
+    /// and never queues behind a waiting writer. A shared holder's unsafe
+    /// child is refused: a shared hold cannot be upgraded.
     pub(crate) async fn acquire(
         &self,
         parent: &CallId,
         name: &str,
         shared: bool,
     ) -> Result<(Hold, HoldKind), TinyAgentsError> {
-        let parent_hold = self.state.lock().holds.get(parent).copied();
+        let (parent_hold, gate) = {
+            let mut state = self.state.lock();
+            let parent_hold = state.holds.get(parent).copied();
+            let gate = match parent_hold {
+                Some(HoldKind::Exclusive) => Arc::clone(
+                    state
+                        .child_gates
+                        .entry(parent.clone())
+                        .or_insert_with(|| Arc::new(RwLock::new(()))),
+                ),
+                _ => Arc::clone(&self.gate),
+            };
+            (parent_hold, gate)
+        };
         match (parent_hold, shared) {
-            (Some(HoldKind::Exclusive), _) => Ok((Hold::Inherited, HoldKind::Exclusive)),
             (Some(HoldKind::Shared), true) => Ok((Hold::Inherited, HoldKind::Shared)),
             (Some(HoldKind::Shared), false) => Err(TinyAgentsError::ToolFailed {
                 tool: name.to_owned(),
@@ -252,20 +293,18 @@ impl NestedRunner {
                     "nested call '{name}' is not concurrency-safe, and its parent {parent} is: a shared hold cannot be upgraded to an exclusive one"
                 ),
             }),
-            (None, true) => Ok((
-                Hold::Shared(Arc::clone(&self.gate).read_owned().await),
-                HoldKind::Shared,
-            )),
-            (None, false) => Ok((
-                Hold::Exclusive(Arc::clone(&self.gate).write_owned().await),
+            (_, true) => Ok((Hold::Shared(gate.read_owned().await), HoldKind::Shared)),
+            (_, false) => Ok((
+                Hold::Exclusive(gate.write_owned().await),
                 HoldKind::Exclusive,
             )),
         }
     }
 
-    /// Ends `parent`: it may make no more nested calls; its descendants
-    /// still in flight are abandoned (reported by the caller); its summary
-    /// is returned for its result's metadata.
+    /// Ends `parent`: it may make no more nested calls; the end of each of
+    /// its descendants still in flight is claimed as abandoned (the caller
+    /// delivers their `ToolFailed` and calls [`Self::ended`]); its summary is
+    /// returned for its result's metadata.
     pub(crate) fn finish_parent(&self, parent: &CallId) -> (Option<Value>, Vec<Abandoned>) {
         let mut state = self.state.lock();
         state.active.remove(parent);
@@ -275,59 +314,55 @@ impl NestedRunner {
             .filter(|id| descends_from(id, parent))
             .cloned()
             .collect();
-        if ids.is_empty() {
-            return (state.summaries.remove(parent).map(render), Vec::new());
-        }
-        drop(state);
-        let mut abandoned = Vec::with_capacity(ids.len());
-        for id in ids {
-            let Some((name, child_parent, duration_ms)) = self.peek(&id) else {
-                continue;
-            };
-            let error = parent_settled(&name, parent, "settled").to_string();
-            if self.end(&id, NestedStatus::Abandoned, Some(&error)) {
-                abandoned.push(Abandoned {
-                    id,
-                    parent: child_parent,
-                    name,
-                    duration_ms,
-                });
-            }
-        }
-        let summary = self.state.lock().summaries.remove(parent);
-        (summary.map(render), abandoned)
+        let abandoned = self.abandon(&mut state, ids);
+        (state.summaries.remove(parent).map(render), abandoned)
     }
 
-    /// Abandons everything still in flight (the run was cancelled).
+    /// At the end of a batch: claims every call still in flight as
+    /// abandoned, and returns those whose terminal event was never
+    /// delivered (including claimed ones whose delivery was dropped).
     pub(crate) fn abandon_all(&self) -> Vec<Abandoned> {
-        let ids: Vec<CallId> = self.state.lock().in_flight.keys().cloned().collect();
-        let mut abandoned = Vec::with_capacity(ids.len());
-        for id in ids {
-            let Some((name, parent, duration_ms)) = self.peek(&id) else {
-                continue;
-            };
-            let error = parent_settled(&name, &parent, "was cancelled").to_string();
-            if self.end(&id, NestedStatus::Abandoned, Some(&error)) {
+        let mut state = self.state.lock();
+        state.active.clear();
+        let ids: Vec<CallId> = state.in_flight.keys().cloned().collect();
+        let mut abandoned = self.abandon(&mut state, ids);
+        let undelivered: Vec<CallId> = state
+            .ending
+            .keys()
+            .filter(|id| !abandoned.iter().any(|a| &a.id == *id))
+            .cloned()
+            .collect();
+        for id in undelivered {
+            if let Some(ending) = state.ending.get(&id) {
                 abandoned.push(Abandoned {
-                    id,
-                    parent,
-                    name,
-                    duration_ms,
+                    id: ending.id.clone(),
+                    parent: ending.parent.clone(),
+                    name: ending.name.clone(),
+                    duration_ms: ending.duration_ms,
+                    error: ending.error.clone(),
                 });
             }
         }
-        self.state.lock().active.clear();
         abandoned
     }
 
-    fn peek(&self, id: &CallId) -> Option<(String, CallId, u64)> {
-        let state = self.state.lock();
-        let flight = state.in_flight.get(id)?;
-        Some((
-            flight.name.clone(),
-            flight.parent.clone(),
-            super::millis(flight.started),
-        ))
+    fn abandon(&self, state: &mut RunnerState, ids: Vec<CallId>) -> Vec<Abandoned> {
+        let mut abandoned = Vec::with_capacity(ids.len());
+        for id in ids {
+            let Some(flight) = state.in_flight.remove(&id) else {
+                continue;
+            };
+            let error = parent_settled(&flight.name, &flight.parent, "settled").to_string();
+            abandoned.push(Abandoned {
+                id: id.clone(),
+                parent: flight.parent.clone(),
+                name: flight.name.clone(),
+                duration_ms: super::millis(flight.started),
+                error: error.clone(),
+            });
+            self.close(state, &id, flight, NestedStatus::Abandoned, &error);
+        }
+        abandoned
     }
 }
 
@@ -345,11 +380,6 @@ fn descends_from(id: &CallId, parent: &CallId) -> bool {
     id.as_str()
         .strip_prefix(parent.as_str())
         .is_some_and(|rest| rest.starts_with('/'))
-}
-
-/// The error text of an abandoned call.
-pub(crate) fn abandoned_error(abandoned: &Abandoned) -> String {
-    parent_settled(&abandoned.name, &abandoned.parent, "settled").to_string()
 }
 
 fn render(summary: Summary) -> Value {
@@ -392,6 +422,57 @@ pub(crate) fn attach_summary(result: &mut ToolResult, summary: Value) {
     }
 }
 
+impl NestedRunner {
+    /// Refuses a request the loop never serviced (its batch ended first).
+    pub(crate) async fn refuse_unserviced(&self, request: NestedRequest) {
+        let error = parent_settled(&request.name, &request.parent, "settled");
+        let message = error.to_string();
+        self.refuse_here(
+            &request.id,
+            &request.parent,
+            &request.name,
+            &request.arguments,
+            &message,
+        )
+        .await;
+        let _ = request.reply.send(Err(error));
+    }
+
+    /// Refuses a call without the loop: its `ToolStarted`, its summary entry
+    /// and its `ToolFailed`.
+    async fn refuse_here(
+        &self,
+        id: &CallId,
+        parent: &CallId,
+        name: &str,
+        arguments: &Value,
+        message: &str,
+    ) {
+        let capture = self.capture_args;
+        self.events
+            .emit(|| AgentEvent::ToolStarted {
+                call_id: id.clone(),
+                parent_call_id: Some(parent.clone()),
+                name: name.to_owned(),
+                arguments: capture.then(|| arguments.clone()),
+            })
+            .await;
+        self.started(id, parent, name, self.summary_args(arguments));
+        if self.claim(id, NestedStatus::Failed, Some(message)) {
+            self.events
+                .emit(|| AgentEvent::ToolFailed {
+                    call_id: id.clone(),
+                    parent_call_id: Some(parent.clone()),
+                    name: name.to_owned(),
+                    duration_ms: 0,
+                    error: message.to_owned(),
+                })
+                .await;
+            self.ended(id);
+        }
+    }
+}
+
 #[async_trait]
 impl NestedToolRunner for NestedRunner {
     async fn call(
@@ -409,6 +490,18 @@ impl NestedToolRunner for NestedRunner {
             *n += 1;
             parent.child(*n)
         };
+        if self.cancel.is_cancelled() {
+            // The loop is going away and will not service the request: the
+            // refusal is settled here, with the events and the summary entry
+            // every refused call has.
+            let message = format!("nested call '{name}' refused: the run was cancelled");
+            self.refuse_here(&id, parent, name, &arguments, &message)
+                .await;
+            return Err(TinyAgentsError::ToolFailed {
+                tool: name.to_owned(),
+                message,
+            });
+        }
         let (reply, answer) = oneshot::channel();
         let request = NestedRequest {
             parent: parent.clone(),

@@ -34,7 +34,9 @@ struct Admitted<'h> {
 
 impl AgentHarness {
     /// Services one nested request to its end: the reply carries the result
-    /// or the refusal; events, summary and budget are settled here.
+    /// or the refusal; events, summary and budget are settled here. Every
+    /// request that reaches the loop gets its `ToolStarted` first and then
+    /// exactly one terminal event, whoever ends it (see `NestedRunner`).
     pub(crate) async fn serve_nested(
         &self,
         ctx: &RunContext,
@@ -50,41 +52,65 @@ impl AgentHarness {
             arguments,
             mut reply,
         } = request;
-        let call = ToolCall::new(id, name, arguments);
-        let args = runner.summary_args(&call.arguments);
-        let admitted = self
-            .admit_nested(ctx, state, events, runner, &parent, call)
+        let capture = ctx.capture.tool_io;
+        events
+            .emit(|| AgentEvent::ToolStarted {
+                call_id: id.clone(),
+                parent_call_id: Some(parent.clone()),
+                name: name.clone(),
+                arguments: capture.then(|| arguments.clone()),
+            })
             .await;
+        runner.started(&id, &parent, &name, runner.summary_args(&arguments));
+        let call = ToolCall::new(id.clone(), name.clone(), arguments);
+        let admission = tokio::select! {
+            biased;
+            admitted = self.admit_nested(ctx, state, events, runner, &parent, call) => Some(admitted),
+            () = reply.closed() => None,
+        };
         let Admitted {
             call,
             entry,
             hold,
             kind,
             recorded,
-        } = match admitted {
-            Ok(admitted) => admitted,
-            Err((call, error)) => {
+        } = match admission {
+            Some(Ok(admitted)) => admitted,
+            Some(Err((_, error))) => {
                 let text = error.to_string();
                 runner.note_refusal(&parent);
-                runner.record_refused(&call.id, &parent, &call.name, args, &text);
-                self.emit_nested_refused(ctx, events, &call, &parent, &text)
-                    .await;
+                self.end_nested(
+                    events,
+                    runner,
+                    &id,
+                    &parent,
+                    &name,
+                    0,
+                    NestedStatus::Failed,
+                    text,
+                )
+                .await;
                 let _ = reply.send(Err(error));
                 return;
             }
+            None => {
+                let text =
+                    format!("parent settled: {parent} stopped waiting for nested call '{name}'");
+                self.end_nested(
+                    events,
+                    runner,
+                    &id,
+                    &parent,
+                    &name,
+                    0,
+                    NestedStatus::Abandoned,
+                    text,
+                )
+                .await;
+                return;
+            }
         };
-        runner.start(&call.id, &parent, &call.name, args, Some(kind));
-        let capture = ctx.capture.tool_io;
-        events
-            .emit(|| AgentEvent::ToolStarted {
-                call_id: call.id.clone(),
-                parent_call_id: Some(parent.clone()),
-                name: call.name.clone(),
-                arguments: capture.then(|| call.arguments.clone()),
-            })
-            .await;
-        let id = call.id.clone();
-        let name = call.name.clone();
+        runner.set_hold(&id, kind);
         // Observers see the call after it ran; copy it only when there are any.
         let observed = (!self.middlewares.is_empty()).then(|| call.clone());
         let replayed = recorded.is_some();
@@ -108,30 +134,24 @@ impl AgentHarness {
         let Some(outcome) = outcome else {
             // The calling tool stopped waiting: the call is abandoned; its
             // ledger row (if any) stays started.
-            let error =
-                format!("parent settled: {parent} stopped waiting for nested call '{name}'");
-            if runner.end(&id, NestedStatus::Abandoned, Some(&error)) {
-                self.emit_nested_failed(events, &id, &parent, &name, 0, error)
-                    .await;
-            }
+            let text = format!("parent settled: {parent} stopped waiting for nested call '{name}'");
+            self.end_nested(
+                events,
+                runner,
+                &id,
+                &parent,
+                &name,
+                0,
+                NestedStatus::Abandoned,
+                text,
+            )
+            .await;
             return;
         };
         let answer = match outcome.result {
             Ok(mut result) => {
                 // A nested result cannot steer the run.
                 result.control = None;
-                let status = if result.is_error {
-                    NestedStatus::Error
-                } else {
-                    NestedStatus::Ok
-                };
-                if !runner.end(
-                    &id,
-                    status,
-                    result.is_error.then_some(result.content.as_str()),
-                ) {
-                    return;
-                }
                 if self.ledger.is_some() && !replayed {
                     self.settle_row(ctx, events, &id, Outcome::Completed(result.clone()))
                         .await;
@@ -142,6 +162,18 @@ impl AgentHarness {
                             .observe_nested_result(ctx, state, call, &result)
                             .await;
                     }
+                }
+                let status = if result.is_error {
+                    NestedStatus::Error
+                } else {
+                    NestedStatus::Ok
+                };
+                if !runner.claim(
+                    &id,
+                    status,
+                    result.is_error.then_some(result.content.as_str()),
+                ) {
+                    return;
                 }
                 events
                     .emit(|| AgentEvent::ToolCompleted {
@@ -154,6 +186,7 @@ impl AgentHarness {
                         metadata: result.metadata.clone(),
                     })
                     .await;
+                runner.ended(&id);
                 Ok(result)
             }
             Err(error) => {
@@ -164,19 +197,46 @@ impl AgentHarness {
                     other => other,
                 };
                 let text = error.to_string();
-                if !runner.end(&id, NestedStatus::Failed, Some(&text)) {
-                    return;
-                }
                 if !outcome.dropped {
                     self.settle_row(ctx, events, &id, Outcome::Failed(text.clone()))
                         .await;
                 }
-                self.emit_nested_failed(events, &id, &parent, &name, outcome.duration_ms, text)
-                    .await;
+                self.end_nested(
+                    events,
+                    runner,
+                    &id,
+                    &parent,
+                    &name,
+                    outcome.duration_ms,
+                    NestedStatus::Failed,
+                    text,
+                )
+                .await;
                 Err(error)
             }
         };
         let _ = reply.send(answer);
+    }
+
+    /// Claims a nested call's end and delivers its `ToolFailed`, unless its
+    /// end was already claimed.
+    #[allow(clippy::too_many_arguments)] // one call's identity and end
+    async fn end_nested(
+        &self,
+        events: &EventSink,
+        runner: &NestedRunner,
+        id: &CallId,
+        parent: &CallId,
+        name: &str,
+        duration_ms: u64,
+        status: NestedStatus,
+        error: String,
+    ) {
+        if runner.claim(id, status, Some(&error)) {
+            self.emit_nested_failed(events, id, parent, name, duration_ms, error)
+                .await;
+            runner.ended(id);
+        }
     }
 
     /// The admission stages of a nested call. A refusal returns the call so
@@ -273,37 +333,38 @@ impl AgentHarness {
                 return Err((call, error));
             }
         }
-        if let Err(limit) = ctx.tracker().try_reserve_nested_tool_call() {
-            if let TinyAgentsError::LimitExceeded {
-                limit: value, used, ..
-            } = &limit
-            {
-                events
-                    .emit(|| AgentEvent::LimitReached {
-                        kind: LimitKind::ToolCalls,
-                        limit: *value,
-                        used: *used,
-                    })
-                    .await;
+        let slot = match NestedSlot::reserve(ctx) {
+            Ok(slot) => slot,
+            Err(limit) => {
+                if let TinyAgentsError::LimitExceeded {
+                    limit: value, used, ..
+                } = &limit
+                {
+                    events
+                        .emit(|| AgentEvent::LimitReached {
+                            kind: LimitKind::ToolCalls,
+                            limit: *value,
+                            used: *used,
+                        })
+                        .await;
+                }
+                return Err((call, limit));
             }
-            return Err((call, limit));
-        }
+        };
+        // From here a refusal, or the caller's leaving while this call waits
+        // at the gate, drops `slot` and gives the budget back.
         let (hold, kind) = match runner
             .acquire(parent, &call.name, self.runs_shared(entry))
             .await
         {
             Ok(held) => held,
-            Err(error) => {
-                ctx.tracker().release_nested_tool_call();
-                return Err((call, error));
-            }
+            Err(error) => return Err((call, error)),
         };
         let hash = self.ledger_hash(&call, true).unwrap_or_default();
         let recorded = match self.start_row(ctx, events, &call, entry.spec(), hash).await {
             Start::Run => None,
             Start::Recorded(result) => Some(result),
             Start::Refused(text) => {
-                ctx.tracker().release_nested_tool_call();
                 let error = TinyAgentsError::ToolFailed {
                     tool: call.name.clone(),
                     message: text,
@@ -311,6 +372,7 @@ impl AgentHarness {
                 return Err((call, error));
             }
         };
+        slot.keep();
         Ok(Admitted {
             call,
             entry,
@@ -318,30 +380,6 @@ impl AgentHarness {
             kind,
             recorded,
         })
-    }
-
-    async fn emit_nested_refused(
-        &self,
-        ctx: &RunContext,
-        events: &EventSink,
-        call: &ToolCall,
-        parent: &CallId,
-        text: &str,
-    ) {
-        if !events.is_active() {
-            return;
-        }
-        let arguments = ctx.capture.tool_io.then(|| call.arguments.clone());
-        events
-            .emit(|| AgentEvent::ToolStarted {
-                call_id: call.id.clone(),
-                parent_call_id: Some(parent.clone()),
-                name: call.name.clone(),
-                arguments,
-            })
-            .await;
-        self.emit_nested_failed(events, &call.id, parent, &call.name, 0, text.to_owned())
-            .await;
     }
 
     pub(crate) async fn emit_nested_failed(
@@ -362,5 +400,34 @@ impl AgentHarness {
                 error,
             })
             .await;
+    }
+}
+
+/// A nested call's budget slot: given back when dropped, unless kept (the
+/// call ran). Dropping the admission of a caller that left releases it.
+struct NestedSlot<'a> {
+    tracker: &'a tinyagents_core::LimitTracker,
+    kept: bool,
+}
+
+impl<'a> NestedSlot<'a> {
+    fn reserve(ctx: &'a RunContext) -> Result<Self, TinyAgentsError> {
+        ctx.tracker().try_reserve_nested_tool_call()?;
+        Ok(Self {
+            tracker: ctx.tracker(),
+            kept: false,
+        })
+    }
+
+    fn keep(mut self) {
+        self.kept = true;
+    }
+}
+
+impl Drop for NestedSlot<'_> {
+    fn drop(&mut self) {
+        if !self.kept {
+            self.tracker.release_nested_tool_call();
+        }
     }
 }
