@@ -233,7 +233,10 @@ impl AgentHarness {
         };
         let call_id = call.id.clone();
         let scope = nested.map(|runner| {
-            runner.activate(&call_id);
+            if parent_call_id.is_none() {
+                // Nested calls were activated when admitted.
+                runner.activate(&call_id);
+            }
             let runner: Arc<dyn NestedToolRunner> = Arc::clone(runner) as Arc<dyn NestedToolRunner>;
             NestedScope {
                 runner,

@@ -77,6 +77,13 @@ struct InFlight {
     args: Option<String>,
 }
 
+/// A call whose end was claimed while its terminal event is delivered.
+struct Ending {
+    parent: CallId,
+    name: String,
+    duration_ms: u64,
+}
+
 /// One ended call, as its parent's summary lists it.
 struct SummaryEntry {
     id: CallId,
@@ -105,7 +112,7 @@ struct RunnerState {
     next_child: HashMap<CallId, u32>,
     refusals: HashMap<CallId, u32>,
     in_flight: HashMap<CallId, InFlight>,
-    ending: HashMap<CallId, Abandoned>,
+    ending: HashMap<CallId, Ending>,
     holds: HashMap<CallId, HoldKind>,
     /// The gate the fan-out of an exclusive nested holder shares.
     child_gates: HashMap<CallId, Arc<RwLock<()>>>,
@@ -163,11 +170,6 @@ impl NestedRunner {
         self.state.lock().active.insert(call.clone());
     }
 
-    /// Whether `parent` already had its quota of refusals.
-    pub(crate) fn refusals_exhausted(&self, parent: &CallId) -> bool {
-        self.state.lock().refusals.get(parent).copied().unwrap_or(0) >= REFUSAL_CAP
-    }
-
     /// Counts a refusal against `parent`'s quota.
     pub(crate) fn note_refusal(&self, parent: &CallId) {
         *self
@@ -185,8 +187,17 @@ impl NestedRunner {
     }
 
     /// Registers a call whose `ToolStarted` was delivered.
-    pub(crate) fn started(&self, id: &CallId, parent: &CallId, name: &str, args: Option<String>) {
-        self.state.lock().in_flight.insert(
+    /// Returns whether `parent` already had its quota of refused calls.
+    pub(crate) fn started(
+        &self,
+        id: &CallId,
+        parent: &CallId,
+        name: &str,
+        args: Option<String>,
+    ) -> bool {
+        let mut state = self.state.lock();
+        let exhausted = state.refusals.get(parent).copied().unwrap_or(0) >= REFUSAL_CAP;
+        state.in_flight.insert(
             id.clone(),
             InFlight {
                 parent: parent.clone(),
@@ -195,11 +206,15 @@ impl NestedRunner {
                 args,
             },
         );
+        exhausted
     }
 
-    /// Records the hold an admitted call runs under.
-    pub(crate) fn set_hold(&self, id: &CallId, kind: HoldKind) {
-        self.state.lock().holds.insert(id.clone(), kind);
+    /// Records the hold an admitted call runs under; from now on it may
+    /// make nested calls of its own.
+    pub(crate) fn admitted(&self, id: &CallId, kind: HoldKind) {
+        let mut state = self.state.lock();
+        state.holds.insert(id.clone(), kind);
+        state.active.insert(id.clone());
     }
 
     /// Claims the end of a call: its summary entry is written, and the
@@ -224,16 +239,19 @@ impl NestedRunner {
         error: &str,
     ) {
         let duration_ms = super::millis(flight.started);
-        state.ending.insert(
-            id.clone(),
-            Abandoned {
-                id: id.clone(),
-                parent: flight.parent.clone(),
-                name: flight.name.clone(),
-                duration_ms,
-                error: parent_settled(&flight.name, &flight.parent, "settled").to_string(),
-            },
-        );
+        state.holds.remove(id);
+        state.child_gates.remove(id);
+        // Without a listener a terminal event cannot be half-delivered.
+        if self.events.is_active() {
+            state.ending.insert(
+                id.clone(),
+                Ending {
+                    parent: flight.parent.clone(),
+                    name: flight.name.clone(),
+                    duration_ms,
+                },
+            );
+        }
         let entry = SummaryEntry {
             id: id.clone(),
             name: flight.name,
@@ -247,10 +265,9 @@ impl NestedRunner {
 
     /// The terminal event of a claimed call was delivered.
     pub(crate) fn ended(&self, id: &CallId) {
-        let mut state = self.state.lock();
-        state.ending.remove(id);
-        state.holds.remove(id);
-        state.child_gates.remove(id);
+        if self.events.is_active() {
+            self.state.lock().ending.remove(id);
+        }
     }
 
     fn summary_error(&self, status: NestedStatus, error: &str) -> Option<String> {
@@ -335,11 +352,11 @@ impl NestedRunner {
         for id in undelivered {
             if let Some(ending) = state.ending.get(&id) {
                 abandoned.push(Abandoned {
-                    id: ending.id.clone(),
+                    id: id.clone(),
                     parent: ending.parent.clone(),
                     name: ending.name.clone(),
                     duration_ms: ending.duration_ms,
-                    error: ending.error.clone(),
+                    error: parent_settled(&ending.name, &ending.parent, "settled").to_string(),
                 });
             }
         }

@@ -61,11 +61,11 @@ impl AgentHarness {
                 arguments: capture.then(|| arguments.clone()),
             })
             .await;
-        runner.started(&id, &parent, &name, runner.summary_args(&arguments));
+        let quota_spent = runner.started(&id, &parent, &name, runner.summary_args(&arguments));
         let call = ToolCall::new(id.clone(), name.clone(), arguments);
         let admission = tokio::select! {
             biased;
-            admitted = self.admit_nested(ctx, state, events, runner, &parent, call) => Some(admitted),
+            admitted = self.admit_nested(ctx, state, events, runner, &parent, call, quota_spent) => Some(admitted),
             () = reply.closed() => None,
         };
         let Admitted {
@@ -110,7 +110,7 @@ impl AgentHarness {
                 return;
             }
         };
-        runner.set_hold(&id, kind);
+        runner.admitted(&id, kind);
         // Observers see the call after it ran; copy it only when there are any.
         let observed = (!self.middlewares.is_empty()).then(|| call.clone());
         let replayed = recorded.is_some();
@@ -241,6 +241,7 @@ impl AgentHarness {
 
     /// The admission stages of a nested call. A refusal returns the call so
     /// it can be reported; a refusal after the budget stage gives the slot back.
+    #[allow(clippy::too_many_arguments)] // the run's borrows and the call
     async fn admit_nested<'h>(
         &'h self,
         ctx: &RunContext,
@@ -249,8 +250,9 @@ impl AgentHarness {
         runner: &NestedRunner,
         parent: &CallId,
         call: ToolCall,
+        quota_spent: bool,
     ) -> Result<Admitted<'h>, (ToolCall, TinyAgentsError)> {
-        if runner.refusals_exhausted(parent) {
+        if quota_spent {
             let error = TinyAgentsError::NestedRefusalCap {
                 tool: call.name.clone(),
                 parent: parent.clone(),
