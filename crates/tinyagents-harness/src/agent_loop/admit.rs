@@ -19,10 +19,12 @@ use crate::run::PendingCall;
 
 /// One call of a turn, as admission leaves it.
 pub(crate) enum Slot<'h> {
-    /// Admitted: runs with these prepared arguments.
+    /// Admitted: runs with these prepared arguments. `args_hash` is its
+    /// idempotency key's hash, set when a ledger recorded its start.
     Run {
         call: ToolCall,
         entry: &'h RegisteredTool,
+        args_hash: Option<String>,
     },
     /// Refused at admission: this result is its answer.
     Refused { call: ToolCall, result: ToolResult },
@@ -136,6 +138,7 @@ impl AgentHarness {
                 Admission::Run(prepared, entry) => Slot::Run {
                     call: prepared,
                     entry,
+                    args_hash: None,
                 },
                 Admission::Refused(call, message) => {
                     self.refused_slot(ctx, events, call, message).await

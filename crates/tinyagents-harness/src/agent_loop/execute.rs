@@ -24,6 +24,22 @@ use crate::events::EventSink;
 use crate::harness::AgentHarness;
 use crate::tool::{NESTED_SCOPE, NestedScope, NestedToolRunner, RunShared, ToolExecutionContext};
 
+/// Where a call runs: under which parent, with which nested-call runner,
+/// with which idempotency key's hash.
+#[derive(Clone, Copy)]
+pub(crate) struct CallSite<'a> {
+    /// The immediate parent of a nested call.
+    pub(crate) parent_call_id: Option<&'a CallId>,
+    /// The runner its tool's nested calls go to (nesting on).
+    pub(crate) nested: Option<&'a Arc<NestedRunner>>,
+    /// The hash of its arguments, when a ledger recorded its start.
+    pub(crate) args_hash: Option<&'a str>,
+}
+
+/// An admitted call of a turn: its slot, the call, its tool and its
+/// idempotency key's hash (when a ledger recorded its start).
+type Runnable<'a> = (usize, &'a ToolCall, &'a RegisteredTool, Option<&'a str>);
+
 /// What finished in a batch: a call of the batch, or a nested call.
 enum Done {
     Call(usize, CallOutcome),
@@ -66,11 +82,15 @@ impl AgentHarness {
         slots: &[Slot<'_>],
     ) -> Vec<Option<CallOutcome>> {
         let mut outcomes: Vec<Option<CallOutcome>> = slots.iter().map(|_| None).collect();
-        let runnable: Vec<(usize, &ToolCall, &RegisteredTool)> = slots
+        let runnable: Vec<Runnable<'_>> = slots
             .iter()
             .enumerate()
             .filter_map(|(i, slot)| match slot {
-                Slot::Run { call, entry } => Some((i, call, *entry)),
+                Slot::Run {
+                    call,
+                    entry,
+                    args_hash,
+                } => Some((i, call, *entry, args_hash.as_deref())),
                 _ => None,
             })
             .collect();
@@ -109,27 +129,37 @@ impl AgentHarness {
         ctx: &RunContext,
         state: &State,
         events: &EventSink,
-        batch: &[(usize, &ToolCall, &RegisteredTool)],
+        batch: &[Runnable<'_>],
         outcomes: &mut [Option<CallOutcome>],
         nested: Option<(
             &Arc<NestedRunner>,
             &mut mpsc::UnboundedReceiver<NestedRequest>,
         )>,
     ) -> bool {
-        for (_, call, _) in batch {
+        for (_, call, _, _) in batch {
             self.emit_started(ctx, events, call).await;
         }
         let mut nested = nested;
         let runner = nested.as_ref().map(|(runner, _)| Arc::clone(runner));
         let mut running: FuturesUnordered<BoxFuture<'_, Done>> = batch
             .iter()
-            .map(|&(index, call, entry)| {
+            .map(|&(index, call, entry, args_hash)| {
                 let runner = runner.as_ref();
                 let call = call.clone();
                 let future: BoxFuture<'_, Done> = Box::pin(async move {
                     let id = call.id.clone();
                     let outcome = self
-                        .execute_call(ctx, call, entry, None, events, runner)
+                        .execute_call(
+                            ctx,
+                            call,
+                            entry,
+                            events,
+                            CallSite {
+                                parent_call_id: None,
+                                nested: runner,
+                                args_hash,
+                            },
+                        )
                         .await;
                     // Settled as soon as it ends, so a crash later in the turn
                     // does not put a finished call in doubt.
@@ -192,7 +222,7 @@ impl AgentHarness {
                 .await;
         }
         if cancelled {
-            for &(index, call, _) in batch {
+            for &(index, call, _, _) in batch {
                 outcomes[index].get_or_insert_with(|| CallOutcome::cancelled(&call.name));
             }
         }
@@ -221,10 +251,14 @@ impl AgentHarness {
         ctx: &RunContext,
         call: ToolCall,
         entry: &RegisteredTool,
-        parent_call_id: Option<&CallId>,
         events: &EventSink,
-        nested: Option<&Arc<NestedRunner>>,
+        site: CallSite<'_>,
     ) -> CallOutcome {
+        let CallSite {
+            parent_call_id,
+            nested,
+            args_hash,
+        } = site;
         let started = Instant::now();
         let spec = entry.spec();
         let timeout = match (spec.timeout.or(ctx.limits.tool_timeout), ctx.remaining()) {
@@ -256,11 +290,11 @@ impl AgentHarness {
         let mut tool_context = self
             .tool_context(ctx, &call.id, events)
             .with_host_extension(extension);
-        if let Some(hash) = self.ledger_hash(&call, parent_call_id.is_some()) {
+        if let Some(hash) = args_hash {
             tool_context = tool_context.with_idempotency_key(IdempotencyKey {
                 run_id: ctx.run_id.clone(),
                 call_id: call_id.clone(),
-                args_hash: hash,
+                args_hash: hash.to_owned(),
             });
         }
         let wrap_context = ToolCallContext {

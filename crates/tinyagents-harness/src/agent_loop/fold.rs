@@ -39,7 +39,7 @@ impl AgentHarness {
         let mut suspended = false;
         for (slot, outcome) in slots.into_iter().zip(outcomes) {
             let entry = match slot {
-                Slot::Run { call, entry } => {
+                Slot::Run { call, entry, .. } => {
                     if let Some(CallOutcome {
                         result: Err(TinyAgentsError::ApprovalRequired { reason, .. }),
                         duration_ms,

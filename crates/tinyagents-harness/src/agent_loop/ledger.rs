@@ -53,10 +53,22 @@ impl AgentHarness {
         if self.ledger.is_none() {
             return;
         }
+        for slot in slots.iter_mut() {
+            if let Slot::Run {
+                call, args_hash, ..
+            } = slot
+            {
+                *args_hash = self.ledger_hash(call, false);
+            }
+        }
         let starts = join_all(slots.iter().map(|slot| async move {
             match slot {
-                Slot::Run { call, entry } => {
-                    let hash = self.ledger_hash(call, false).unwrap_or_default();
+                Slot::Run {
+                    call,
+                    entry,
+                    args_hash,
+                } => {
+                    let hash = args_hash.clone().unwrap_or_default();
                     Some(self.start_row(ctx, events, call, entry.spec(), hash).await)
                 }
                 _ => None,

@@ -132,7 +132,13 @@ impl AgentHarness {
                     return self.refused_slot(ctx, events, call, text).await;
                 };
                 match self.authorize(ctx, state, call, entry).await {
-                    Admission::Run(call, entry) => return Slot::Run { call, entry },
+                    Admission::Run(call, entry) => {
+                        return Slot::Run {
+                            call,
+                            entry,
+                            args_hash: None,
+                        };
+                    }
                     Admission::Pending(call, reason) => {
                         return Slot::Pending(crate::run::PendingCall { call, reason });
                     }

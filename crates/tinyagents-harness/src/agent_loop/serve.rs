@@ -15,7 +15,7 @@ use tinyagents_core::{
 use tinyagents_middleware::{GateDecision, ToolCallRequest};
 use tinytools::{RegisteredTool, prepare_arguments};
 
-use super::execute::CallOutcome;
+use super::execute::{CallOutcome, CallSite};
 use super::ledger::Start;
 use super::nested::{Hold, HoldKind, NestedRequest, NestedRunner, NestedStatus};
 use crate::events::EventSink;
@@ -30,6 +30,8 @@ struct Admitted<'h> {
     kind: HoldKind,
     /// Settled before a crash: its recorded result answers it.
     recorded: Option<tinyagents_core::ToolResult>,
+    /// The idempotency key's hash, when a ledger recorded the start.
+    args_hash: Option<String>,
 }
 
 impl AgentHarness {
@@ -74,6 +76,7 @@ impl AgentHarness {
             hold,
             kind,
             recorded,
+            args_hash,
         } = match admission {
             Some(Ok(admitted)) => admitted,
             Some(Err((_, error))) => {
@@ -122,7 +125,12 @@ impl AgentHarness {
                 dropped: false,
             }),
             None => {
-                let work = self.execute_call(ctx, call, entry, Some(&parent), events, Some(runner));
+                let site = CallSite {
+                    parent_call_id: Some(&parent),
+                    nested: Some(runner),
+                    args_hash: args_hash.as_deref(),
+                };
+                let work = self.execute_call(ctx, call, entry, events, site);
                 tokio::select! {
                     biased;
                     outcome = work => Some(outcome),
@@ -362,7 +370,8 @@ impl AgentHarness {
             Ok(held) => held,
             Err(error) => return Err((call, error)),
         };
-        let hash = self.ledger_hash(&call, true).unwrap_or_default();
+        let args_hash = self.ledger_hash(&call, true);
+        let hash = args_hash.clone().unwrap_or_default();
         let recorded = match self.start_row(ctx, events, &call, entry.spec(), hash).await {
             Start::Run => None,
             Start::Recorded(result) => Some(result),
@@ -381,6 +390,7 @@ impl AgentHarness {
             hold,
             kind,
             recorded,
+            args_hash,
         })
     }
 
