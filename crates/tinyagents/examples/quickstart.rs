@@ -41,6 +41,15 @@ fn temperature_of(city: &str) -> f64 {
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    // With TINYAGENTS_TRACE set, the run's spans (named after OpenTelemetry's
+    // GenAI conventions: invoke_agent, chat, execute_tool) print to stderr
+    // as they close, with their timings.
+    if std::env::var_os("TINYAGENTS_TRACE").is_some() {
+        tracing_subscriber::fmt()
+            .with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE)
+            .with_writer(std::io::stderr)
+            .init();
+    }
     // A read-only tool: concurrency-safe, so both calls of a turn run together.
     let weather = FnTool::new(
         "get_weather",
