@@ -80,12 +80,11 @@ async fn an_attempt_that_takes_too_long_times_out_once() {
 
 #[tokio::test]
 async fn a_refused_connection_is_a_transport_error() {
-    let port = {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        listener.local_addr().unwrap().port()
-    };
+    // Port 0 always refuses a connection. (A port bound and released here
+    // could be handed to another test's server running at the same time,
+    // whose scripted replies this request would then take.)
     let config =
-        tinyagents_models::OpenAiConfig::compatible(format!("http://127.0.0.1:{port}/v1"), "m")
+        tinyagents_models::OpenAiConfig::compatible("http://127.0.0.1:0/v1".to_owned(), "m")
             .with_http(fast_http());
     let model = tinyagents_models::OpenAiModel::new(config).unwrap();
     let error = chat(&model, &hello(), &[]).await.unwrap_err();
