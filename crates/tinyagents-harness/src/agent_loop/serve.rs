@@ -79,7 +79,7 @@ impl AgentHarness {
             args_hash,
         } = match admission {
             Some(Ok(admitted)) => admitted,
-            Some(Err((_, error))) => {
+            Some(Err(error)) => {
                 let text = error.to_string();
                 runner.note_refusal(&parent);
                 self.end_nested(
@@ -247,8 +247,8 @@ impl AgentHarness {
         }
     }
 
-    /// The admission stages of a nested call. A refusal returns the call so
-    /// it can be reported; a refusal after the budget stage gives the slot back.
+    /// The admission stages of a nested call. A refusal after the budget
+    /// stage gives the slot back.
     #[allow(clippy::too_many_arguments)] // the run's borrows and the call
     async fn admit_nested<'h>(
         &'h self,
@@ -259,29 +259,26 @@ impl AgentHarness {
         parent: &CallId,
         call: ToolCall,
         quota_spent: bool,
-    ) -> Result<Admitted<'h>, (ToolCall, TinyAgentsError)> {
+    ) -> Result<Admitted<'h>, TinyAgentsError> {
         if quota_spent {
             let error = TinyAgentsError::NestedRefusalCap {
                 tool: call.name.clone(),
                 parent: parent.clone(),
                 cap: super::nested::REFUSAL_CAP,
             };
-            return Err((call, error));
+            return Err(error);
         }
         if ctx.is_cancelled() {
             let error = TinyAgentsError::tool_failed(
                 call.name.clone(),
                 format!("nested call '{}' refused: the run was cancelled", call.name),
             );
-            return Err((call, error));
+            return Err(error);
         }
         let max = ctx.limits.max_nested_depth();
         let depth = call.id.depth();
         if max == 0 {
-            return Err((
-                call.clone(),
-                TinyAgentsError::NestedDisabled { tool: call.name },
-            ));
+            return Err(TinyAgentsError::NestedDisabled { tool: call.name });
         }
         if depth > max {
             let error = TinyAgentsError::NestedDepthExceeded {
@@ -289,29 +286,26 @@ impl AgentHarness {
                 depth,
                 max,
             };
-            return Err((call, error));
+            return Err(error);
         }
         let Some(entry) = self.lookup(&call.name) else {
             let error = TinyAgentsError::ToolNotFound {
                 name: call.name.clone(),
             };
-            return Err((call, error));
+            return Err(error);
         };
         let call = match prepare_arguments(entry, &call, &self.injected, self.invalid_args) {
             Ok(arguments) => ToolCall { arguments, ..call },
-            Err(error) => return Err((call, error.into())),
+            Err(error) => return Err(error.into()),
         };
         let spec = entry.spec();
         if spec.external || spec.approval_required {
-            return Err((
-                call.clone(),
-                TinyAgentsError::NestedApprovalRequired { tool: call.name },
-            ));
+            return Err(TinyAgentsError::NestedApprovalRequired { tool: call.name });
         }
         for middleware in &self.middlewares {
             if let Err(error) = middleware.check_nested_tool(ctx, state, &call).await {
                 let error = super::denied_by(middleware.name(), &error);
-                return Err((call, error));
+                return Err(error);
             }
         }
         if let Some(gate) = &self.gate {
@@ -340,7 +334,7 @@ impl AgentHarness {
                     by: "security gate".to_owned(),
                     reason,
                 };
-                return Err((call, error));
+                return Err(error);
             }
         }
         let slot = match NestedSlot::reserve(ctx) {
@@ -358,7 +352,7 @@ impl AgentHarness {
                         })
                         .await;
                 }
-                return Err((call, limit));
+                return Err(limit);
             }
         };
         // From here a refusal, or the caller's leaving while this call waits
@@ -368,7 +362,7 @@ impl AgentHarness {
             .await
         {
             Ok(held) => held,
-            Err(error) => return Err((call, error)),
+            Err(error) => return Err(error),
         };
         let args_hash = self.ledger_hash(&call, true);
         let hash = args_hash.clone().unwrap_or_default();
@@ -380,7 +374,7 @@ impl AgentHarness {
                     tool: call.name.clone(),
                     message: text,
                 };
-                return Err((call, error));
+                return Err(error);
             }
         };
         slot.keep();
