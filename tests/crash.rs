@@ -172,6 +172,21 @@ fn crash_at(point: &str) -> tempfile::TempDir {
     dir
 }
 
+/// Recovers the crashed run in a new harness whose model answers `answers`.
+async fn recover(
+    dir: &Path,
+    ledger: Arc<SqliteLedger>,
+    answers: Vec<ChatResponse>,
+) -> Result<AgentRun, TinyAgentsError> {
+    harness(ScriptedModel::new(answers), ledger, tools(dir, None))
+        .recover(
+            &RunId::from(RUN),
+            ResumeOptions::default(),
+            &EventSink::none(),
+        )
+        .await
+}
+
 async fn reopen(dir: &Path) -> Arc<SqliteLedger> {
     Arc::new(SqliteLedger::open(dir.join("ledger.db")).await.unwrap())
 }
@@ -196,15 +211,7 @@ async fn killed_before_the_started_row_is_durable_nothing_started_and_nothing_ha
         0,
         "the tool never ran: its start was not acknowledged"
     );
-    let recovering = harness(ScriptedModel::new([]), ledger, tools(dir.path(), None));
-    let error = recovering
-        .recover(
-            &RunId::from(RUN),
-            ResumeOptions::default(),
-            &EventSink::none(),
-        )
-        .await
-        .unwrap_err();
+    let error = recover(dir.path(), ledger, Vec::new()).await.unwrap_err();
     assert_eq!(
         error,
         TinyAgentsError::State(format!("run {RUN} has no checkpoint to recover from"))
@@ -220,19 +227,13 @@ async fn killed_after_the_started_row_the_call_is_in_doubt_and_recovery_does_not
         [("p1".to_owned(), CallStatus::Started)]
     );
     assert_eq!(effects(dir.path()), 0);
-    let recovering = harness(
-        ScriptedModel::new([ChatResponse::text("told the user")]),
+    let run = recover(
+        dir.path(),
         ledger.clone(),
-        tools(dir.path(), None),
-    );
-    let run = recovering
-        .recover(
-            &RunId::from(RUN),
-            ResumeOptions::default(),
-            &EventSink::none(),
-        )
-        .await
-        .unwrap();
+        vec![ChatResponse::text("told the user")],
+    )
+    .await
+    .unwrap();
     assert_eq!(run.final_text, "told the user");
     assert!(
         tinyagents_tests::tool_results(&run.messages)[0]
@@ -259,19 +260,13 @@ async fn killed_after_the_effect_the_call_is_in_doubt_and_the_effect_is_not_repe
         [("p1".to_owned(), CallStatus::Started)]
     );
     assert_eq!(effects(dir.path()), 1);
-    let recovering = harness(
-        ScriptedModel::new([ChatResponse::text("told the user")]),
+    let run = recover(
+        dir.path(),
         ledger.clone(),
-        tools(dir.path(), None),
-    );
-    let run = recovering
-        .recover(
-            &RunId::from(RUN),
-            ResumeOptions::default(),
-            &EventSink::none(),
-        )
-        .await
-        .unwrap();
+        vec![ChatResponse::text("told the user")],
+    )
+    .await
+    .unwrap();
     tinyagents_tests::assert_transcript_paired(&run.messages);
     assert_eq!(effects(dir.path()), 1, "the payment happened exactly once");
 }
@@ -293,19 +288,13 @@ async fn killed_after_the_settled_row_the_call_is_answered_from_its_row() {
         .unwrap()
         .unwrap();
     assert_eq!(paid.result.unwrap().content, "paid");
-    let recovering = harness(
-        ScriptedModel::new([ChatResponse::text("all done")]),
+    let run = recover(
+        dir.path(),
         ledger.clone(),
-        tools(dir.path(), None),
-    );
-    let run = recovering
-        .recover(
-            &RunId::from(RUN),
-            ResumeOptions::default(),
-            &EventSink::none(),
-        )
-        .await
-        .unwrap();
+        vec![ChatResponse::text("all done")],
+    )
+    .await
+    .unwrap();
     assert_eq!(run.final_text, "all done");
     let results = tinyagents_tests::tool_results(&run.messages);
     assert_eq!(

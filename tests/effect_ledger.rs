@@ -540,31 +540,36 @@ impl EffectLedger for NestedRowsFail {
     }
 }
 
-/// rule NT-20: one started/settled row per nested call, keyed by the nested id.
-#[tokio::test]
-async fn nt_20_each_nested_call_gets_its_own_row_keyed_by_its_id() {
-    let ledger = Arc::new(MemoryLedger::new());
+/// Runs one model-issued `caller` call (which makes its nested call) under
+/// `ledger`.
+async fn run_caller(
+    ledger: Arc<dyn EffectLedger>,
+    tools: Vec<Arc<dyn Tool>>,
+    run_id: &str,
+) -> AgentRun {
     let model = vec![
         ScriptedModel::tool_call("caller", json!({})),
         ChatResponse::text("done"),
     ];
-    let mut builder = AgentHarness::builder(Arc::new(ScriptedModel::new(model)))
-        .ledger(ledger.clone())
-        .limits(RunLimits::default().with_max_nested_depth(1))
-        .tool(add_tool())
-        .unwrap();
-    builder
-        .register(Caller::new("add", json!({"a": 20, "b": 1})))
-        .unwrap();
-    builder
-        .build()
-        .unwrap()
+    harness_with(model, ledger, tools, |b| b)
         .run_with(
-            RunRequest::new("go").with_run_id(RunId::from("n1")),
+            RunRequest::new("go").with_run_id(RunId::from(run_id)),
             &EventSink::none(),
         )
         .await
-        .unwrap();
+        .unwrap()
+}
+
+fn add() -> Arc<dyn Tool> {
+    Arc::new(add_tool())
+}
+
+/// rule NT-20: one started/settled row per nested call, keyed by the nested id.
+#[tokio::test]
+async fn nt_20_each_nested_call_gets_its_own_row_keyed_by_its_id() {
+    let ledger = Arc::new(MemoryLedger::new());
+    let caller = Caller::new("add", json!({"a": 20, "b": 1}));
+    run_caller(ledger.clone(), vec![add(), caller], "n1").await;
     let rows = ledger.rows(&RunId::from("n1")).await.unwrap();
     let nested = rows
         .iter()
@@ -586,19 +591,8 @@ async fn nt_20_each_nested_call_gets_its_own_row_keyed_by_its_id() {
 #[tokio::test]
 async fn nt_20_a_failed_started_row_refuses_the_nested_call_under_abort() {
     let ledger = Arc::new(NestedRowsFail(MemoryLedger::new()));
-    let model = vec![
-        ScriptedModel::tool_call("caller", json!({})),
-        ChatResponse::text("done"),
-    ];
-    let mut builder = AgentHarness::builder(Arc::new(ScriptedModel::new(model)))
-        .ledger(ledger)
-        .limits(RunLimits::default().with_max_nested_depth(1))
-        .tool(add_tool())
-        .unwrap();
-    builder
-        .register(Caller::new("add", json!({"a": 1, "b": 1})))
-        .unwrap();
-    let run = builder.build().unwrap().run("go").await.unwrap();
+    let caller = Caller::new("add", json!({"a": 1, "b": 1}));
+    let run = run_caller(ledger, vec![add(), caller], "n2").await;
     let content = &tool_results(&run.messages)[0].1;
     assert!(
         content.starts_with("nested refused: refused: the effect ledger could not record the call"),
@@ -616,30 +610,13 @@ async fn nt_20_a_nested_call_dropped_mid_flight_leaves_its_row_started() {
     let ledger = Arc::new(MemoryLedger::new());
     let started = Arc::new(tokio::sync::Notify::new());
     let slow = ProbeTool::new("slow", false, Behaviour::UntilCancelled(started));
-    let model = vec![
-        ScriptedModel::tool_call("caller", json!({})),
-        ChatResponse::text("done"),
-    ];
-    let mut builder = AgentHarness::builder(Arc::new(ScriptedModel::new(model)))
-        .ledger(ledger.clone())
-        .limits(RunLimits::default().with_max_nested_depth(1));
-    builder.register(slow).unwrap();
     let caller = Arc::new(Caller {
         wait_ms: Some(50),
         ..Arc::try_unwrap(Caller::new("slow", json!({"tag": "x"})))
             .ok()
             .unwrap()
     });
-    builder.register(caller).unwrap();
-    let run = builder
-        .build()
-        .unwrap()
-        .run_with(
-            RunRequest::new("go").with_run_id(RunId::from("n3")),
-            &EventSink::none(),
-        )
-        .await
-        .unwrap();
+    let run = run_caller(ledger.clone(), vec![slow, caller], "n3").await;
     assert_eq!(tool_results(&run.messages)[0].1, "stopped waiting");
     let row = ledger
         .get(&RunId::from("n3"), &tinyagents::CallId::new("p1/1"))
@@ -658,37 +635,17 @@ async fn nt_20_a_nested_call_dropped_mid_flight_leaves_its_row_started() {
 #[tokio::test]
 async fn nt_43_a_never_replay_nested_call_over_an_unresolved_row_is_refused() {
     let ledger = Arc::new(MemoryLedger::new());
-    let run_id = RunId::from("n4");
     let args = json!({"tag": "card"});
-    ledger
-        .record_started(StartedRow::new(
-            run_id.clone(),
-            tinyagents::CallId::new("p1/1"),
-            "pay",
-            args_hash(&args),
-            ToolReplay::Never,
-        ))
-        .await
-        .unwrap();
+    let started = StartedRow::new(
+        RunId::from("n4"),
+        tinyagents::CallId::new("p1/1"),
+        "pay",
+        args_hash(&args),
+        ToolReplay::Never,
+    );
+    ledger.record_started(started).await.unwrap();
     let pay = ProbeTool::new("pay", false, Behaviour::Yield(0));
-    let model = vec![
-        ScriptedModel::tool_call("caller", json!({})),
-        ChatResponse::text("done"),
-    ];
-    let mut builder = AgentHarness::builder(Arc::new(ScriptedModel::new(model)))
-        .ledger(ledger.clone())
-        .limits(RunLimits::default().with_max_nested_depth(1));
-    builder.register(pay.clone()).unwrap();
-    builder.register(Caller::new("pay", args)).unwrap();
-    let run = builder
-        .build()
-        .unwrap()
-        .run_with(
-            RunRequest::new("go").with_run_id(run_id),
-            &EventSink::none(),
-        )
-        .await
-        .unwrap();
+    let run = run_caller(ledger, vec![pay.clone(), Caller::new("pay", args)], "n4").await;
     let content = &tool_results(&run.messages)[0].1;
     assert!(
         content.contains("interrupted, outcome unknown"),
@@ -706,46 +663,20 @@ async fn nt_43_a_never_replay_nested_call_over_an_unresolved_row_is_refused() {
 #[tokio::test]
 async fn nt_44_a_replayed_nested_call_whose_row_settled_is_answered_from_it() {
     let ledger = Arc::new(MemoryLedger::new());
-    let run_id = RunId::from("n5");
+    let (run_id, id) = (RunId::from("n5"), tinyagents::CallId::new("p1/1"));
     let args = json!({"tag": "card"});
-    let id = tinyagents::CallId::new("p1/1");
-    ledger
-        .record_started(StartedRow::new(
-            run_id.clone(),
-            id.clone(),
-            "pay",
-            args_hash(&args),
-            ToolReplay::Never,
-        ))
-        .await
-        .unwrap();
-    ledger
-        .record_settled(
-            &run_id,
-            &id,
-            &tinyagents::Outcome::Completed(ToolResult::text("paid earlier")),
-        )
-        .await
-        .unwrap();
+    let started = StartedRow::new(
+        run_id.clone(),
+        id.clone(),
+        "pay",
+        args_hash(&args),
+        ToolReplay::Never,
+    );
+    ledger.record_started(started).await.unwrap();
+    let settled = tinyagents::Outcome::Completed(ToolResult::text("paid earlier"));
+    ledger.record_settled(&run_id, &id, &settled).await.unwrap();
     let pay = ProbeTool::new("pay", false, Behaviour::Yield(0));
-    let model = vec![
-        ScriptedModel::tool_call("caller", json!({})),
-        ChatResponse::text("done"),
-    ];
-    let mut builder = AgentHarness::builder(Arc::new(ScriptedModel::new(model)))
-        .ledger(ledger)
-        .limits(RunLimits::default().with_max_nested_depth(1));
-    builder.register(pay.clone()).unwrap();
-    builder.register(Caller::new("pay", args)).unwrap();
-    let run = builder
-        .build()
-        .unwrap()
-        .run_with(
-            RunRequest::new("go").with_run_id(run_id),
-            &EventSink::none(),
-        )
-        .await
-        .unwrap();
+    let run = run_caller(ledger, vec![pay.clone(), Caller::new("pay", args)], "n5").await;
     assert_eq!(tool_results(&run.messages)[0].1, "nested said paid earlier");
     assert_eq!(pay.calls.load(Ordering::SeqCst), 0);
 }
