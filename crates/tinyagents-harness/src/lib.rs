@@ -1,12 +1,17 @@
 //! The tinyagents agent loop.
 //!
 //! [`AgentHarness`] runs an agent: it asks the model, admits each tool call
-//! through one path (lookup, arguments, budget, `before_tool`, the security
-//! gate), executes admitted calls (concurrency-safe ones together, others
-//! alone, each through the `wrap_tool` onion under its timeout), folds the
-//! results back in call order, and repeats until a final answer, a limit, a
-//! deferral for approval, or cancellation. It emits [`AgentEvent`]s to a
-//! bounded channel and returns an [`AgentRun`].
+//! through one path — the same admission table, execution and settlement
+//! for a call the model issued, one a tool nested through
+//! [`ToolExecutionContext::call_tool`], and one made inside an agent
+//! delegated to as a tool — executes admitted calls (concurrency-safe ones
+//! together, others alone, each through the `wrap_tool` onion under its
+//! timeout), folds the results back in call order, and repeats until a
+//! final answer, a limit, a deferral for approval, or cancellation. It
+//! emits [`AgentEvent`]s to a bounded channel and returns an [`AgentRun`].
+//! Host code it calls (hooks, gates, wrap layers, redaction, the model) is
+//! contained: an error or a panic refuses or fails, naming who, and never
+//! unwinds the run.
 //!
 //! It is not a model provider (`tinyagents-models`), a tool library
 //! (`tinytools`), or a policy (`tinyagents-middleware`): it drives them.
@@ -14,6 +19,7 @@
 //! [`AgentEvent`]: tinyagents_core::AgentEvent
 
 mod agent_loop;
+mod call;
 mod events;
 mod harness;
 mod run;

@@ -11,10 +11,11 @@ use std::collections::HashSet;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 
-use tinyagents_core::{RunContext, ToolCall};
+use async_trait::async_trait;
+use tinyagents_core::{RunContext, State, TinyAgentsError, ToolCall, args_hash};
 
-use crate::decision::{CallPolicy, PolicyDecision};
-use crate::hooks::tool_spec;
+use crate::decision::PolicyDecision;
+use crate::hooks::{Middleware, ToolVerdict, tool_spec};
 
 /// Asked about each flagged call that was not approved by id; `true`
 /// approves it (a host may auto-approve). A nested call is recognisable by
@@ -110,17 +111,17 @@ impl HumanApprovalMiddleware {
     }
 }
 
-impl CallPolicy for HumanApprovalMiddleware {
-    fn policy_name(&self) -> &str {
-        "human_approval"
-    }
-
+impl HumanApprovalMiddleware {
     /// The decision about `call`, shared by `before_tool` and
     /// `check_nested_tool` (where a deferral becomes the nested approval
     /// error).
-    fn decide(&self, ctx: &RunContext, call: &ToolCall) -> PolicyDecision {
+    pub fn decide(&self, ctx: &RunContext, call: &ToolCall) -> PolicyDecision {
+        self.assess(ctx, call).0
+    }
+
+    fn assess(&self, ctx: &RunContext, call: &ToolCall) -> (PolicyDecision, Option<ApprovalOutcome>) {
         if !self.is_flagged(ctx, &call.name) {
-            return PolicyDecision::Allow;
+            return (PolicyDecision::Allow, None);
         }
         let nested = call.id.is_nested();
         let outcome = if !nested && ctx.approvals.is_call_approved(call) {
@@ -134,12 +135,13 @@ impl CallPolicy for HumanApprovalMiddleware {
             }
         };
         if !self.report(call, outcome) {
-            return PolicyDecision::deny(format!(
+            let refused = PolicyDecision::deny(format!(
                 "the approval outcome callback failed for tool '{}'; the call is refused",
                 call.name
             ));
+            return (refused, Some(ApprovalOutcome::Failed));
         }
-        match outcome {
+        let decision = match outcome {
             ApprovalOutcome::Granted | ApprovalOutcome::Approved => PolicyDecision::Allow,
             ApprovalOutcome::Deferred | ApprovalOutcome::Refused => {
                 PolicyDecision::defer(format!("tool '{}' requires a person's approval", call.name))
@@ -148,18 +150,52 @@ impl CallPolicy for HumanApprovalMiddleware {
                 "the approval callback failed for tool '{}'; the call is refused",
                 call.name
             )),
+        };
+        (decision, Some(outcome))
+    }
+}
+
+/// The harness runs a tool whose spec declares `approval_required` (or
+/// `external`) only when the call is approved: when this middleware's
+/// callback approves a model-issued call, `before_tool` grants the approval
+/// for that call's id and arguments, so the harness's fail-closed approval
+/// stage lets it through.
+#[async_trait]
+impl Middleware for HumanApprovalMiddleware {
+    fn name(&self) -> &str {
+        "human_approval"
+    }
+
+    async fn before_tool(
+        &self,
+        ctx: &mut RunContext,
+        _state: &State,
+        call: &mut ToolCall,
+    ) -> Result<ToolVerdict, TinyAgentsError> {
+        let (decision, outcome) = self.assess(ctx, call);
+        if outcome == Some(ApprovalOutcome::Approved) && !call.id.is_nested() {
+            ctx.approvals
+                .grant(call.id.clone(), args_hash(&call.arguments));
         }
+        Ok(decision.into_verdict())
+    }
+
+    async fn check_nested_tool(
+        &self,
+        ctx: &RunContext,
+        _state: &State,
+        call: &ToolCall,
+    ) -> Result<(), TinyAgentsError> {
+        self.decide(ctx, call).into_nested(self.name(), call)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::hooks::ToolVerdict;
     use crate::testing::{call, ctx_with, denied_reason, model, nested, spec};
     use parking_lot::Mutex;
     use serde_json::json;
-    use tinyagents_core::args_hash;
 
     const NESTED_APPROVAL: &str =
         "nested call 'deploy' requires approval; nested calls cannot be deferred";

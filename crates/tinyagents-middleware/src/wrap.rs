@@ -1,6 +1,9 @@
 //! The `wrap_tool` onion.
 
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
+
+use futures_util::FutureExt;
 
 use async_trait::async_trait;
 use tinyagents_core::{CallId, RunContext, TinyAgentsError, ToolCall, ToolResult};
@@ -81,22 +84,56 @@ impl<'a> Next<'a> {
         ctx: &ToolCallContext<'_>,
         call: ToolCall,
     ) -> Result<ToolResult, TinyAgentsError> {
+        // Each layer and the tool are contained on their own, so a panic
+        // fails the call naming what panicked, never the layer around it.
         match self.rest.split_first() {
             Some((layer, rest)) => {
-                layer
-                    .wrap_tool(
-                        ctx,
-                        call,
-                        Next {
-                            rest,
-                            tool: self.tool,
-                        },
-                    )
+                let next = Next {
+                    rest,
+                    tool: self.tool,
+                };
+                match AssertUnwindSafe(layer.wrap_tool(ctx, call, next))
+                    .catch_unwind()
                     .await
+                {
+                    Ok(result) => result,
+                    Err(panic) => Err(TinyAgentsError::Denied {
+                        by: layer.name().to_owned(),
+                        reason: format!(
+                            "the wrap layer panicked: {}",
+                            panic_text(panic.as_ref())
+                        ),
+                    }),
+                }
             }
-            None => invoke(self.tool, ctx, call).await,
+            None => {
+                let name = call.name.clone();
+                match AssertUnwindSafe(invoke(self.tool, ctx, call))
+                    .catch_unwind()
+                    .await
+                {
+                    Ok(result) => result,
+                    Err(panic) => Err(TinyAgentsError::ToolFailed {
+                        message: if ctx.detailed_errors {
+                            format!("tool '{name}' panicked: {}", panic_text(panic.as_ref()))
+                        } else {
+                            withheld(&name)
+                        },
+                        tool: name,
+                    }),
+                }
+            }
         }
     }
+}
+
+/// The message a panic carried, when it was text.
+fn panic_text(panic: &(dyn std::any::Any + Send)) -> &str {
+    panic
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("(no message)")
 }
 
 /// Calls the tool itself. A raised error becomes `ToolFailed`; a

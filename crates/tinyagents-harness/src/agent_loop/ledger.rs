@@ -13,9 +13,10 @@ use tinyagents_core::{
 use tinyagents_ledger::{LedgerError, LedgerFailure, Outcome, StartedRow};
 use tinytools::ToolSpec;
 
-use super::execute::CallOutcome;
-use super::{RunAcc, Slot};
+use super::Run;
+use super::turn::Slot;
 use crate::ResumeOptions;
+use crate::call::ToolEvents;
 use crate::events::EventSink;
 use crate::harness::AgentHarness;
 use crate::run::{AgentRun, SUSPENDED_RUN_FORMAT, SuspendedRun};
@@ -30,35 +31,22 @@ pub(crate) enum Start {
     Refused(String),
 }
 
-impl AgentHarness {
-    /// The idempotency key's argument hash of a call, when a ledger records
-    /// calls. Model-issued calls are hashed as persisted (redacted).
-    pub(crate) fn ledger_hash(&self, call: &ToolCall, nested: bool) -> Option<String> {
-        self.ledger.as_ref()?;
-        Some(if nested {
-            args_hash(&call.arguments)
-        } else {
-            args_hash(&self.redacted(&call.arguments))
-        })
-    }
-
+impl<'h> Run<'h> {
     /// Writes the started rows of a turn's admitted calls, all at once so a
-    /// durable backend commits them together.
-    pub(crate) async fn start_rows<'h>(
-        &'h self,
-        ctx: &RunContext,
-        events: &EventSink,
-        slots: &mut [Slot<'h>],
-    ) {
-        if self.ledger.is_none() {
+    /// durable backend commits them together. Model-issued calls are hashed
+    /// as persisted (redacted), so a recovery's copy matches its row.
+    pub(crate) async fn start_rows(&self, slots: &mut [Slot<'h>]) {
+        let harness = self.harness;
+        if harness.ledger.is_none() {
             return;
         }
+        let redaction = self.events.redaction();
         for slot in slots.iter_mut() {
             if let Slot::Run {
-                call, args_hash, ..
+                call, args_hash: hash, ..
             } = slot
             {
-                *args_hash = self.ledger_hash(call, false);
+                *hash = Some(args_hash(&redaction.copy(&call.arguments)));
             }
         }
         let starts = join_all(slots.iter().map(|slot| async move {
@@ -69,7 +57,10 @@ impl AgentHarness {
                     args_hash,
                 } => {
                     let hash = args_hash.clone().unwrap_or_default();
-                    Some(self.start_row(ctx, events, call, entry.spec(), hash).await)
+                    let start = harness
+                        .start_row(&self.ctx, &self.events, call, entry.spec(), hash)
+                        .await;
+                    Some(start)
                 }
                 _ => None,
             }
@@ -83,16 +74,21 @@ impl AgentHarness {
             *slot = match start {
                 Start::Run => continue,
                 Start::Recorded(result) => Slot::Recorded { call, result },
-                Start::Refused(text) => self.refused_slot(ctx, events, call, text).await,
+                Start::Refused(text) => {
+                    let refusal = TinyAgentsError::tool_failed(call.name.clone(), text);
+                    self.refused_slot(call, &refusal).await
+                }
             };
         }
     }
+}
 
+impl AgentHarness {
     /// Writes one call's started row and interprets the ledger's answer.
     pub(crate) async fn start_row(
         &self,
         ctx: &RunContext,
-        events: &EventSink,
+        events: &ToolEvents,
         call: &ToolCall,
         spec: &ToolSpec,
         hash: String,
@@ -141,6 +137,7 @@ impl AgentHarness {
                 )),
                 LedgerFailure::Continue => {
                     events
+                        .sink()
                         .emit(|| AgentEvent::Warning {
                             message: format!(
                                 "call {} runs without a started row (LedgerFailure::Continue): {failure}",
@@ -159,7 +156,7 @@ impl AgentHarness {
     pub(crate) async fn settle_row(
         &self,
         ctx: &RunContext,
-        events: &EventSink,
+        events: &ToolEvents,
         call_id: &CallId,
         outcome: Outcome,
     ) {
@@ -168,6 +165,7 @@ impl AgentHarness {
         };
         if let Err(error) = ledger.record_settled(&ctx.run_id, call_id, &outcome).await {
             events
+                .sink()
                 .emit(|| AgentEvent::Warning {
                     message: format!("the settled row of call {call_id} was not written: {error}"),
                 })
@@ -175,45 +173,17 @@ impl AgentHarness {
         }
     }
 
-    /// Settles a model-issued call's row as it ends, with every middleware's
-    /// redaction applied to what is stored. A call dropped mid-flight, or
-    /// one that asked for approval (it will run once approved), stays started.
-    pub(crate) async fn settle_model_call(
-        &self,
-        ctx: &RunContext,
-        events: &EventSink,
-        call_id: &CallId,
-        outcome: &CallOutcome,
-    ) {
-        if self.ledger.is_none() || outcome.dropped {
-            return;
-        }
-        let settled = match &outcome.result {
-            Ok(result) => {
-                let mut stored = result.clone();
-                stored.content = self.scrubbed(stored.content);
-                stored.metadata = stored.metadata.as_ref().map(|m| self.redacted(m));
-                Outcome::Completed(stored)
-            }
-            Err(TinyAgentsError::ApprovalRequired { .. }) => return,
-            Err(error) => Outcome::Failed(self.scrubbed(error.to_string())),
-        };
-        self.settle_row(ctx, events, call_id, settled).await;
-    }
+}
 
+impl<'h> Run<'h> {
     /// Checkpoints the run at a turn boundary: the transcript up to the
     /// model's calls of this turn, the budget, the active time. Losing one
     /// to a crash means recovery starts from the turn before.
-    pub(crate) async fn checkpoint(
-        &self,
-        ctx: &RunContext,
-        state: &State,
-        replay_blocked: &[CallId],
-        events: &EventSink,
-    ) {
-        let Some(ledger) = &self.ledger else {
+    pub(crate) async fn checkpoint(&self, replay_blocked: &[CallId]) {
+        let Some(ledger) = &self.harness.ledger else {
             return;
         };
+        let (ctx, state) = (&self.ctx, &self.state);
         let saved = SuspendedRun {
             format: SUSPENDED_RUN_FORMAT,
             run_id: ctx.run_id.clone(),
@@ -233,7 +203,7 @@ impl AgentHarness {
             Err(error) => Err(error.to_string()),
         };
         if let Err(error) = written {
-            events
+            self.sink()
                 .emit(|| AgentEvent::Warning {
                     message: format!("checkpoint of turn {} not written: {error}", state.turn),
                 })
@@ -242,17 +212,18 @@ impl AgentHarness {
     }
 
     /// Marks a run finished in the ledger, so retention may prune it.
-    pub(crate) async fn finish_in_ledger(&self, run_id: &RunId, events: &EventSink) {
-        let Some(ledger) = &self.ledger else {
+    pub(crate) async fn finish_in_ledger(&self) {
+        let Some(ledger) = &self.harness.ledger else {
             return;
         };
+        let run_id = &self.ctx.run_id;
         let finished = match ledger.mark_run_finished(run_id).await {
             // Settled rows ride on commits; make the run's last ones durable.
             Ok(()) => ledger.flush().await,
             Err(error) => Err(error),
         };
         if let Err(error) = finished {
-            events
+            self.sink()
                 .emit(|| AgentEvent::Warning {
                     message: format!("run {run_id} not marked finished: {error}"),
                 })
@@ -262,14 +233,10 @@ impl AgentHarness {
 
     /// A recovered call whose arguments held a redacted secret: it cannot run
     /// again. A settled one is answered from its row.
-    pub(crate) async fn blocked_replay<'h>(
-        &'h self,
-        ctx: &RunContext,
-        events: &EventSink,
-        call: ToolCall,
-    ) -> Slot<'h> {
-        if let Some(ledger) = &self.ledger
-            && let Ok(Some(row)) = ledger.get(&ctx.run_id, &call.id).await
+    pub(crate) async fn blocked_replay(&self, call: ToolCall) -> Slot<'h> {
+        let harness = self.harness;
+        if let Some(ledger) = &harness.ledger
+            && let Ok(Some(row)) = ledger.get(&self.ctx.run_id, &call.id).await
         {
             if let Some(stored) = row.result {
                 return Slot::Recorded {
@@ -281,17 +248,22 @@ impl AgentHarness {
                 "interrupted, outcome unknown: call {} started before the crash and its arguments held redacted secrets, so it cannot be replayed",
                 call.id
             );
-            self.settle_row(ctx, events, &call.id, Outcome::Interrupted(text.clone()))
+            harness
+                .settle_row(&self.ctx, &self.events, &call.id, Outcome::Interrupted(text.clone()))
                 .await;
-            return self.refused_slot(ctx, events, call, text).await;
+            let refusal = TinyAgentsError::tool_failed(call.name.clone(), text);
+            return self.refused_slot(call, &refusal).await;
         }
         let text = format!(
             "refused: call {} cannot be replayed after a crash: its arguments held secrets that were never persisted",
             call.id
         );
-        self.refused_slot(ctx, events, call, text).await
+        let refusal = TinyAgentsError::tool_failed(call.name.clone(), text);
+        self.refused_slot(call, &refusal).await
     }
+}
 
+impl AgentHarness {
     /// Resumes a run from its last checkpoint after its process died. The
     /// calls of the checkpointed turn go through admission again: a call
     /// that settled is answered from its row and never runs again; a call in
@@ -331,7 +303,7 @@ impl AgentHarness {
         })?;
         saved.check_format()?;
         let blocked = saved.replay_blocked.clone();
-        let (mut ctx, mut state) = self.restore(saved, options, events);
+        let (ctx, mut state) = self.restore(saved, options);
         // Calls issued after a checkpoint that was lost keep their rows; new
         // calls number on after every id the ledger has seen, so a different
         // call never reuses one.
@@ -346,7 +318,6 @@ impl AgentHarness {
             .max()
             .unwrap_or(0);
         state.calls_issued = state.calls_issued.max(highest);
-        let mut acc = RunAcc::default();
         let open_calls = match state.messages.last() {
             Some(Message::Assistant {
                 tool_calls,
@@ -355,18 +326,12 @@ impl AgentHarness {
             }) if !tool_calls.is_empty() => Some((tool_calls.clone(), content.clone())),
             _ => None,
         };
+        let mut run = self.open(ctx, state, events);
         let Some((calls, text)) = open_calls else {
-            return self.drive(&mut ctx, &mut state, events, &mut acc).await;
+            return run.drive().await;
         };
-        let end = self
-            .run_calls(
-                &mut ctx, &mut state, events, &mut acc, calls, text, None, &blocked,
-            )
-            .await?;
-        match self.end_turn(&ctx, &mut state, events, &mut acc, end).await {
-            Some(run) => run,
-            None => self.drive(&mut ctx, &mut state, events, &mut acc).await,
-        }
+        let end = run.run_calls(calls, text, None, &blocked).await?;
+        run.continue_after(end).await
     }
 
     /// The context and state of a suspended or checkpointed run.
@@ -374,7 +339,6 @@ impl AgentHarness {
         &self,
         saved: SuspendedRun,
         options: ResumeOptions,
-        events: &EventSink,
     ) -> (RunContext, State) {
         let limits = self.limits.clone();
         let tracker = Arc::new(LimitTracker::restore(&limits, saved.budget));
@@ -388,7 +352,6 @@ impl AgentHarness {
         ctx.capture = self.capture;
         ctx.properties = Arc::new(saved.properties);
         ctx.extensions.insert(Arc::clone(&self.tools));
-        self.share_with_tools(&mut ctx, events);
         (ctx, saved.state)
     }
 }

@@ -1,19 +1,23 @@
-//! The agent loop: model, admission, execution, fold, repeat.
+//! The agent loop: model, admission, execution, settlement, repeat.
 //!
-//! Every model-issued call goes through one path: [`admit`] (lookup,
-//! arguments, budget, `before_tool`, gate), [`execute`] (the `wrap_tool`
-//! onion under the call's timeout, concurrency-safe calls together, others
-//! alone) and [`fold`] (results in call order, `after_tool`, transcript).
+//! A [`Run`] is the loop's state as a value: the harness (configuration),
+//! the run's context and transcript, its event emitter and what it
+//! accumulates. Every call of a turn goes through the call path in
+//! `crate::call` (one admission table, one execution, one settlement), and
+//! a tool's nested calls reach the same path through the runner the loop
+//! services while it polls the tool ([`nested`], [`serve`]).
 
-mod admit;
-mod execute;
-mod fold;
+mod batch;
 mod ledger;
-mod nested;
+pub(crate) mod nested;
 mod resume;
 mod serve;
+mod turn;
 
 use std::collections::HashMap;
+use std::panic::AssertUnwindSafe;
+
+use futures_util::FutureExt;
 use std::sync::Arc;
 use tokio::time::Instant;
 
@@ -25,19 +29,28 @@ use tinyagents_core::{
 use tinyagents_middleware::OutputVerdict;
 use tracing::Instrument;
 
+use crate::call::{Redaction, ToolEvents, contain, panic_text, panicked};
 use crate::events::EventSink;
 use crate::harness::AgentHarness;
 use crate::run::{AgentRun, RunRequest};
 use crate::tool::RunShared;
 
-pub(crate) use admit::{Admission, Slot};
+pub(crate) use ledger::Start;
 pub(crate) use nested::DisabledRunner;
 pub use resume::ResumeOptions;
 
-/// What a run accumulates besides its state.
-#[derive(Debug, Default)]
-pub(crate) struct RunAcc {
+/// One run segment in progress: what the loop's functions share.
+pub(crate) struct Run<'h> {
+    pub(crate) harness: &'h AgentHarness,
+    pub(crate) ctx: RunContext,
+    pub(crate) state: State,
+    /// Every event of the run goes out through this one emitter.
+    pub(crate) events: ToolEvents,
+    /// What tools may know of the run (their `ToolExecutionContext`).
+    pub(crate) shared: Arc<RunShared>,
+    /// The host-only metadata of settled calls' results.
     pub(crate) metadata: HashMap<CallId, Value>,
+    /// Whether `LimitReached` was sent (once per run).
     pub(crate) limit_reported: bool,
 }
 
@@ -54,17 +67,6 @@ enum ModelOutcome {
     Response(ChatResponse),
     Cancelled,
     Limit(TinyAgentsError),
-}
-
-/// Maps a hook's error to a fail-closed denial that names the hook.
-pub(crate) fn denied_by(name: &str, error: &TinyAgentsError) -> TinyAgentsError {
-    match error {
-        TinyAgentsError::Denied { .. } => error.clone(),
-        other => TinyAgentsError::Denied {
-            by: name.to_owned(),
-            reason: other.to_string(),
-        },
-    }
 }
 
 pub(crate) fn millis(since: Instant) -> u64 {
@@ -84,7 +86,7 @@ impl AgentHarness {
         request: RunRequest,
         events: &EventSink,
     ) -> Result<AgentRun, TinyAgentsError> {
-        let (mut ctx, mut state) = self.prepare(request);
+        let (ctx, state) = self.prepare(request);
         if ctx.depth > ctx.limits.max_depth {
             let refused = Err(TinyAgentsError::LimitExceeded {
                 kind: tinyagents_core::LimitKind::Depth,
@@ -93,24 +95,23 @@ impl AgentHarness {
             });
             return report_failure(events, refused).await;
         }
-        self.share_with_tools(&mut ctx, events);
+        let mut run = self.open(ctx, state, events);
         let span = tracing::info_span!(
             "invoke_agent",
             otel.name = %format_args!("invoke_agent {}", self.agent_name()),
             gen_ai.operation.name = "invoke_agent",
             gen_ai.agent.name = %self.agent_name(),
-            gen_ai.conversation.id = %ctx.run_id,
+            gen_ai.conversation.id = %run.ctx.run_id,
         );
         async {
-            events
+            run.sink()
                 .emit(|| AgentEvent::RunStarted {
-                    run_id: ctx.run_id.clone(),
-                    agent_id: ctx.agent_id.clone(),
+                    run_id: run.ctx.run_id.clone(),
+                    agent_id: run.ctx.agent_id.clone(),
                 })
                 .await;
-            let mut acc = RunAcc::default();
-            let result = self.drive(&mut ctx, &mut state, events, &mut acc).await;
-            report_failure(events, result).await
+            let result = run.drive().await;
+            report_failure(run.sink(), result).await
         }
         .instrument(span)
         .await
@@ -120,17 +121,31 @@ impl AgentHarness {
         self.agent_id.as_ref().map_or("agent", |id| id.as_str())
     }
 
-    /// Attaches what tools may know of the run (see `ToolExecutionContext`).
-    pub(crate) fn share_with_tools(&self, ctx: &mut RunContext, events: &EventSink) {
-        let shared = RunShared {
+    /// Opens a run segment over a prepared context and state.
+    pub(crate) fn open<'h>(
+        &'h self,
+        ctx: RunContext,
+        state: State,
+        events: &EventSink,
+    ) -> Run<'h> {
+        let shared = Arc::new(RunShared {
             run_id: ctx.run_id.clone(),
             agent_id: ctx.agent_id.clone(),
             depth: ctx.depth,
             properties: Arc::clone(&ctx.properties),
             tracker: Arc::clone(ctx.tracker_arc()),
             events: events.clone(),
-        };
-        ctx.extensions.insert(Arc::new(shared));
+        });
+        let redaction = Redaction::new(Arc::clone(&self.middlewares));
+        Run {
+            harness: self,
+            events: ToolEvents::new(events.clone(), ctx.capture.tool_io, redaction),
+            ctx,
+            state,
+            shared,
+            metadata: HashMap::new(),
+            limit_reported: false,
+        }
     }
 
     fn prepare(&self, request: RunRequest) -> (RunContext, State) {
@@ -169,72 +184,58 @@ impl AgentHarness {
         state.calls_issued = earlier_calls;
         (ctx, state)
     }
+}
+
+impl Run<'_> {
+    /// The sink for events that are not tool events.
+    pub(crate) fn sink(&self) -> &EventSink {
+        self.events.sink()
+    }
 
     /// The loop proper, from a state whose last message awaits the model.
-    pub(crate) async fn drive(
-        &self,
-        ctx: &mut RunContext,
-        state: &mut State,
-        events: &EventSink,
-        acc: &mut RunAcc,
-    ) -> Result<AgentRun, TinyAgentsError> {
+    pub(crate) async fn drive(&mut self) -> Result<AgentRun, TinyAgentsError> {
+        let harness = self.harness;
         loop {
-            if ctx.is_cancelled() {
-                let text = state.last_assistant_text().unwrap_or_default().to_owned();
-                return Ok(self
-                    .finish(ctx, state, events, acc, RunStatus::Cancelled, text)
-                    .await);
+            if self.ctx.is_cancelled() {
+                return Ok(self.finish_with_last_text(RunStatus::Cancelled).await);
             }
-            if let Err(limit) = ctx.check_wall_clock() {
-                return self.limit_reached(ctx, state, events, acc, limit).await;
+            if let Err(limit) = self.ctx.check_wall_clock() {
+                return self.limit_reached(limit).await;
             }
-            for middleware in &self.middlewares {
-                middleware
-                    .before_model(ctx, state)
-                    .await
-                    .map_err(|e| denied_by(middleware.name(), &e))?;
+            for middleware in harness.middlewares.iter() {
+                let hook = middleware.before_model(&mut self.ctx, &mut self.state);
+                contain(middleware.name(), hook).await?;
             }
-            if let Err(limit) = ctx.tracker().try_reserve_model_call() {
-                return self.limit_reached(ctx, state, events, acc, limit).await;
+            if let Err(limit) = self.ctx.tracker().try_reserve_model_call() {
+                return self.limit_reached(limit).await;
             }
-            let mut response = match self.call_model(ctx, state, events).await? {
+            let mut response = match self.call_model().await? {
                 ModelOutcome::Response(response) => response,
                 ModelOutcome::Cancelled => {
-                    let text = state.last_assistant_text().unwrap_or_default().to_owned();
-                    return Ok(self
-                        .finish(ctx, state, events, acc, RunStatus::Cancelled, text)
-                        .await);
+                    return Ok(self.finish_with_last_text(RunStatus::Cancelled).await);
                 }
-                ModelOutcome::Limit(limit) => {
-                    return self.limit_reached(ctx, state, events, acc, limit).await;
-                }
+                ModelOutcome::Limit(limit) => return self.limit_reached(limit).await,
             };
-            for middleware in self.middlewares.iter().rev() {
-                middleware
-                    .after_model(ctx, state, &mut response)
-                    .await
-                    .map_err(|e| denied_by(middleware.name(), &e))?;
+            for middleware in harness.middlewares.iter().rev() {
+                let hook = middleware.after_model(&mut self.ctx, &self.state, &mut response);
+                contain(middleware.name(), hook).await?;
             }
-            let token_limit = ctx.tracker().record_tokens(response.usage.total()).err();
-            state.usage += response.usage;
+            let token_limit = self.ctx.tracker().record_tokens(response.usage.total()).err();
+            self.state.usage += response.usage;
             if response.tool_calls.is_empty() {
-                let text = self.screen_output(ctx, &response.content).await?;
-                state.messages.push(Message::Assistant {
+                let text = self.screen_output(&response.content).await?;
+                self.state.messages.push(Message::Assistant {
                     content: text.clone(),
                     tool_calls: Vec::new(),
                     reasoning: response.reasoning,
                 });
                 if let Some(limit) = token_limit {
-                    return self.limit_reached(ctx, state, events, acc, limit).await;
+                    return self.limit_reached(limit).await;
                 }
-                return Ok(self
-                    .finish(ctx, state, events, acc, RunStatus::Completed, text)
-                    .await);
+                return Ok(self.finish(RunStatus::Completed, text).await);
             }
-            let end = self
-                .tool_turn(ctx, state, events, acc, response, token_limit)
-                .await?;
-            if let Some(run) = self.end_turn(ctx, state, events, acc, end).await {
+            let end = self.tool_turn(response, token_limit).await?;
+            if let Some(run) = self.end_turn(end).await {
                 return run;
             }
         }
@@ -244,40 +245,45 @@ impl AgentHarness {
     /// or how the run ends. A final answer a tool produced (terminate,
     /// return-direct) is screened like the model's.
     pub(crate) async fn end_turn(
-        &self,
-        ctx: &RunContext,
-        state: &mut State,
-        events: &EventSink,
-        acc: &mut RunAcc,
+        &mut self,
         end: TurnEnd,
     ) -> Option<Result<AgentRun, TinyAgentsError>> {
         Some(match end {
             TurnEnd::Continue => return None,
-            TurnEnd::Finish(status, text) => match self.screen_output(ctx, &text).await {
-                Ok(text) => Ok(self.finish(ctx, state, events, acc, status, text).await),
+            TurnEnd::Finish(status, text) => match self.screen_output(&text).await {
+                Ok(text) => Ok(self.finish(status, text).await),
                 Err(blocked) => Err(blocked),
             },
-            TurnEnd::Limit(limit) => self.limit_reached(ctx, state, events, acc, limit).await,
+            TurnEnd::Limit(limit) => self.limit_reached(limit).await,
             TurnEnd::Fail(error) => Err(error),
-            TurnEnd::Suspend(entries) => Ok(self.suspend(ctx, state, events, acc, entries).await),
+            TurnEnd::Suspend(entries) => Ok(self.suspend(entries).await),
         })
     }
 
-    async fn call_model(
-        &self,
-        ctx: &RunContext,
-        state: &mut State,
-        events: &EventSink,
-    ) -> Result<ModelOutcome, TinyAgentsError> {
-        state.turn += 1;
-        let turn = state.turn;
+    /// Continues a run whose last message awaits either the model or the
+    /// end of a turn.
+    pub(crate) async fn continue_after(
+        &mut self,
+        end: TurnEnd,
+    ) -> Result<AgentRun, TinyAgentsError> {
+        match self.end_turn(end).await {
+            Some(run) => run,
+            None => self.drive().await,
+        }
+    }
+
+    async fn call_model(&mut self) -> Result<ModelOutcome, TinyAgentsError> {
+        let harness = self.harness;
+        self.state.turn += 1;
+        let turn = self.state.turn;
+        let events = self.events.sink();
         events.emit(|| AgentEvent::ModelStarted { turn }).await;
         let started = Instant::now();
         let forward = |delta: ModelDelta| events.try_emit(AgentEvent::ModelDelta { turn, delta });
         let request = ChatRequest {
-            messages: &state.messages,
-            tools: &self.model_tools,
-            options: &self.options,
+            messages: &self.state.messages,
+            tools: &harness.model_tools,
+            options: &harness.options,
             deltas: if events.is_active() {
                 Some(&forward)
             } else {
@@ -286,34 +292,28 @@ impl AgentHarness {
         };
         let span = tracing::info_span!(
             "chat",
-            otel.name = %format_args!("chat {}", self.model.name()),
+            otel.name = %format_args!("chat {}", harness.model.name()),
             gen_ai.operation.name = "chat",
-            gen_ai.request.model = %self.model.name(),
+            gen_ai.request.model = %harness.model.name(),
         );
-        let call = self.model.chat(request).instrument(span);
+        // A provider is host code too: a panic in it fails the run.
+        let call = AssertUnwindSafe(harness.model.chat(request))
+            .catch_unwind()
+            .instrument(span);
         let answer = tokio::select! {
             biased;
-            () = ctx.cancellation().cancelled() => return Ok(ModelOutcome::Cancelled),
-            answer = with_deadline(ctx.remaining(), call) => answer,
+            () = self.ctx.cancellation().cancelled() => return Ok(ModelOutcome::Cancelled),
+            answer = with_deadline(self.ctx.remaining(), call) => answer,
         };
         let response = match answer {
-            None => {
-                return Ok(ModelOutcome::Limit(
-                    ctx.check_wall_clock()
-                        .err()
-                        .unwrap_or(TinyAgentsError::LimitExceeded {
-                            kind: tinyagents_core::LimitKind::WallClock,
-                            limit: ctx
-                                .limits
-                                .wall_clock
-                                .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
-                            used: u64::try_from(ctx.elapsed().as_millis()).unwrap_or(u64::MAX),
-                        }),
-                ));
+            None => return Ok(ModelOutcome::Limit(self.wall_clock_spent())),
+            Some(Ok(result)) => result?,
+            Some(Err(panic)) => {
+                let who = format!("model '{}'", harness.model.name());
+                return Err(panicked(&who, panic.as_ref()));
             }
-            Some(result) => result?,
         };
-        let capture = ctx.capture.model_io;
+        let capture = self.ctx.capture.model_io;
         events
             .emit(|| AgentEvent::ModelCompleted {
                 turn,
@@ -326,84 +326,106 @@ impl AgentHarness {
         Ok(ModelOutcome::Response(response))
     }
 
-    async fn screen_output(&self, ctx: &RunContext, text: &str) -> Result<String, TinyAgentsError> {
-        let Some(gate) = &self.gate else {
+    /// The wall-clock limit, as reached now.
+    fn wall_clock_spent(&self) -> TinyAgentsError {
+        self.ctx
+            .check_wall_clock()
+            .err()
+            .unwrap_or(TinyAgentsError::LimitExceeded {
+                kind: tinyagents_core::LimitKind::WallClock,
+                limit: self
+                    .ctx
+                    .limits
+                    .wall_clock
+                    .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+                used: u64::try_from(self.ctx.elapsed().as_millis()).unwrap_or(u64::MAX),
+            })
+    }
+
+    /// The gate's screening of a final answer. Contained: an error or a
+    /// panic blocks the output.
+    async fn screen_output(&self, text: &str) -> Result<String, TinyAgentsError> {
+        let Some(gate) = &self.harness.gate else {
             return Ok(text.to_owned());
         };
-        match gate.screen_output(ctx, text).await {
-            Ok(OutputVerdict::Allow) => Ok(text.to_owned()),
-            Ok(OutputVerdict::Rewrite(replacement)) => Ok(replacement),
-            Ok(OutputVerdict::Block { reason }) => Err(TinyAgentsError::Denied {
-                by: "security gate (output screening)".to_owned(),
-                reason,
-            }),
-            Err(error) => Err(TinyAgentsError::Denied {
-                by: "security gate (output screening)".to_owned(),
-                reason: format!("screening failed, output blocked: {error}"),
-            }),
-        }
+        let by = "security gate (output screening)";
+        let verdict = AssertUnwindSafe(gate.screen_output(&self.ctx, text))
+            .catch_unwind()
+            .await;
+        let reason = match verdict {
+            Ok(Ok(OutputVerdict::Allow)) => return Ok(text.to_owned()),
+            Ok(Ok(OutputVerdict::Rewrite(replacement))) => return Ok(replacement),
+            Ok(Ok(OutputVerdict::Block { reason })) => reason,
+            Ok(Err(error)) => format!("screening failed, output blocked: {error}"),
+            Err(panic) => format!(
+                "screening panicked, output blocked: {}",
+                panic_text(panic.as_ref())
+            ),
+        };
+        Err(TinyAgentsError::Denied {
+            by: by.to_owned(),
+            reason,
+        })
     }
 
     pub(crate) async fn limit_reached(
-        &self,
-        ctx: &RunContext,
-        state: &mut State,
-        events: &EventSink,
-        acc: &mut RunAcc,
+        &mut self,
         limit: TinyAgentsError,
     ) -> Result<AgentRun, TinyAgentsError> {
         let TinyAgentsError::LimitExceeded { kind, .. } = &limit else {
             return Err(limit);
         };
-        report_limit(events, acc, &limit).await;
-        match ctx.limits.behavior {
+        let kind = *kind;
+        self.report_limit(&limit).await;
+        match self.ctx.limits.behavior {
             LimitBehavior::Error => {
-                self.finish_in_ledger(&ctx.run_id, events).await;
+                self.finish_in_ledger().await;
                 Err(limit)
             }
-            LimitBehavior::Stop => {
-                let text = state.last_assistant_text().unwrap_or_default().to_owned();
-                Ok(self
-                    .finish(
-                        ctx,
-                        state,
-                        events,
-                        acc,
-                        RunStatus::LimitReached(*kind),
-                        text,
-                    )
-                    .await)
-            }
+            LimitBehavior::Stop => Ok(self
+                .finish_with_last_text(RunStatus::LimitReached(kind))
+                .await),
         }
     }
 
-    pub(crate) async fn finish(
-        &self,
-        ctx: &RunContext,
-        state: &mut State,
-        events: &EventSink,
-        acc: &mut RunAcc,
-        status: RunStatus,
-        final_text: String,
-    ) -> AgentRun {
+    async fn finish_with_last_text(&mut self, status: RunStatus) -> AgentRun {
+        let text = self.state.last_assistant_text().unwrap_or_default().to_owned();
+        self.finish(status, text).await
+    }
+
+    pub(crate) async fn finish(&mut self, status: RunStatus, final_text: String) -> AgentRun {
         if status != RunStatus::AwaitingApproval {
-            self.finish_in_ledger(&ctx.run_id, events).await;
+            self.finish_in_ledger().await;
         }
-        events
-            .emit(|| AgentEvent::RunCompleted {
-                status,
-                usage: state.usage,
-            })
+        let usage = self.state.usage;
+        self.sink()
+            .emit(|| AgentEvent::RunCompleted { status, usage })
             .await;
         AgentRun {
-            run_id: ctx.run_id.clone(),
+            run_id: self.ctx.run_id.clone(),
             status,
             final_text,
-            messages: std::mem::take(&mut state.messages),
-            usage: state.usage,
-            budget: ctx.tracker().counts(),
-            tool_metadata: std::mem::take(&mut acc.metadata),
+            messages: std::mem::take(&mut self.state.messages),
+            usage: self.state.usage,
+            budget: self.ctx.tracker().counts(),
+            tool_metadata: std::mem::take(&mut self.metadata),
             suspended: None,
+        }
+    }
+
+    /// Emits `LimitReached` for `limit`, once per run.
+    pub(crate) async fn report_limit(&mut self, limit: &TinyAgentsError) {
+        if let TinyAgentsError::LimitExceeded { kind, limit, used } = limit
+            && !self.limit_reported
+        {
+            self.limit_reported = true;
+            self.sink()
+                .emit(|| AgentEvent::LimitReached {
+                    kind: *kind,
+                    limit: *limit,
+                    used: *used,
+                })
+                .await;
         }
     }
 }
@@ -422,22 +444,6 @@ pub(crate) async fn report_failure(
             .await;
     }
     result
-}
-
-/// Emits `LimitReached` for `limit`, once per run.
-pub(crate) async fn report_limit(events: &EventSink, acc: &mut RunAcc, limit: &TinyAgentsError) {
-    if let TinyAgentsError::LimitExceeded { kind, limit, used } = limit
-        && !acc.limit_reported
-    {
-        acc.limit_reported = true;
-        events
-            .emit(|| AgentEvent::LimitReached {
-                kind: *kind,
-                limit: *limit,
-                used: *used,
-            })
-            .await;
-    }
 }
 
 /// Runs `future` within `deadline`; `None` when the deadline passed first.

@@ -8,9 +8,9 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use parking_lot::Mutex;
 use serde_json::{Map, Value, json};
-use tinyagents_core::{AgentEvent, CallId, CancellationToken, TinyAgentsError, ToolResult};
+use tinyagents_core::{CallId, CancellationToken, TinyAgentsError, ToolResult};
 
-use crate::events::EventSink;
+use crate::call::ToolEvents;
 use tinytools::cut;
 use tokio::sync::{OwnedRwLockReadGuard, OwnedRwLockWriteGuard, RwLock, mpsc, oneshot};
 use tokio::time::Instant;
@@ -110,6 +110,8 @@ struct Summary {
 struct RunnerState {
     active: HashSet<CallId>,
     next_child: HashMap<CallId, u32>,
+    /// Per parent: refused nested calls plus those being evaluated (a call
+    /// is charged before its evaluation and given back when admitted).
     refusals: HashMap<CallId, u32>,
     in_flight: HashMap<CallId, InFlight>,
     ending: HashMap<CallId, Ending>,
@@ -123,7 +125,6 @@ struct RunnerState {
 /// the batch ended), for the loop to report with `ToolFailed`.
 pub(crate) struct Abandoned {
     pub(crate) id: CallId,
-    pub(crate) parent: CallId,
     pub(crate) name: String,
     pub(crate) duration_ms: u64,
     pub(crate) error: String,
@@ -134,9 +135,37 @@ pub(crate) struct NestedRunner {
     tx: mpsc::UnboundedSender<NestedRequest>,
     state: Mutex<RunnerState>,
     gate: Arc<RwLock<()>>,
-    capture_args: bool,
     cancel: CancellationToken,
-    events: EventSink,
+    events: ToolEvents,
+}
+
+/// A nested call's place in its parent's refusal quota, taken before the
+/// call is evaluated: kept when the call is refused, given back when it is
+/// admitted (or its caller leaves), so however calls interleave, no more
+/// than the quota are ever evaluated towards refusal.
+pub(crate) struct QuotaCharge<'a> {
+    runner: &'a NestedRunner,
+    parent: CallId,
+    kept: bool,
+}
+
+impl QuotaCharge<'_> {
+    /// The call was refused: the charge stays.
+    pub(crate) fn keep(mut self) {
+        self.kept = true;
+    }
+}
+
+impl Drop for QuotaCharge<'_> {
+    fn drop(&mut self) {
+        if self.kept {
+            return;
+        }
+        let mut state = self.runner.state.lock();
+        if let Some(count) = state.refusals.get_mut(&self.parent) {
+            *count = count.saturating_sub(1);
+        }
+    }
 }
 
 fn parent_settled(name: &str, parent: &CallId, why: &str) -> TinyAgentsError {
@@ -149,16 +178,14 @@ fn parent_settled(name: &str, parent: &CallId, why: &str) -> TinyAgentsError {
 impl NestedRunner {
     /// A runner and the receiving end the loop services.
     pub(crate) fn new(
-        capture_args: bool,
+        events: ToolEvents,
         cancel: CancellationToken,
-        events: EventSink,
     ) -> (Arc<Self>, mpsc::UnboundedReceiver<NestedRequest>) {
         let (tx, rx) = mpsc::unbounded_channel();
         let runner = Self {
             tx,
             state: Mutex::new(RunnerState::default()),
             gate: Arc::new(RwLock::new(())),
-            capture_args,
             cancel,
             events,
         };
@@ -170,33 +197,35 @@ impl NestedRunner {
         self.state.lock().active.insert(call.clone());
     }
 
-    /// Counts a refusal against `parent`'s quota.
-    pub(crate) fn note_refusal(&self, parent: &CallId) {
-        *self
-            .state
-            .lock()
-            .refusals
-            .entry(parent.clone())
-            .or_insert(0) += 1;
+    /// Charges a call of `parent` against its refusal quota before it is
+    /// evaluated; `None` when the quota is spent (the call is refused
+    /// without evaluation).
+    pub(crate) fn charge_refusal(&self, parent: &CallId) -> Option<QuotaCharge<'_>> {
+        let mut state = self.state.lock();
+        let count = state.refusals.entry(parent.clone()).or_insert(0);
+        if *count >= REFUSAL_CAP {
+            return None;
+        }
+        *count += 1;
+        Some(QuotaCharge {
+            runner: self,
+            parent: parent.clone(),
+            kept: false,
+        })
     }
 
-    /// The serialised arguments a summary keeps (only under capture).
+    /// The serialised arguments a summary keeps (only under capture, and
+    /// redacted).
     pub(crate) fn summary_args(&self, arguments: &Value) -> Option<String> {
-        self.capture_args
-            .then(|| cut(&arguments.to_string(), SUMMARY_ARGS_BYTES))
+        self.events.captures().then(|| {
+            let redacted = self.events.redaction().copy(arguments);
+            cut(&redacted.to_string(), SUMMARY_ARGS_BYTES)
+        })
     }
 
     /// Registers a call whose `ToolStarted` was delivered.
-    /// Returns whether `parent` already had its quota of refused calls.
-    pub(crate) fn started(
-        &self,
-        id: &CallId,
-        parent: &CallId,
-        name: &str,
-        args: Option<String>,
-    ) -> bool {
+    pub(crate) fn started(&self, id: &CallId, parent: &CallId, name: &str, args: Option<String>) {
         let mut state = self.state.lock();
-        let exhausted = state.refusals.get(parent).copied().unwrap_or(0) >= REFUSAL_CAP;
         state.in_flight.insert(
             id.clone(),
             InFlight {
@@ -206,7 +235,6 @@ impl NestedRunner {
                 args,
             },
         );
-        exhausted
     }
 
     /// Records the hold an admitted call runs under; from now on it may
@@ -271,7 +299,7 @@ impl NestedRunner {
     }
 
     fn summary_error(&self, status: NestedStatus, error: &str) -> Option<String> {
-        let keep = self.capture_args || status == NestedStatus::Abandoned;
+        let keep = self.events.captures() || status == NestedStatus::Abandoned;
         (keep && !error.is_empty()).then(|| cut(error, SUMMARY_ERROR_BYTES))
     }
 
@@ -353,7 +381,6 @@ impl NestedRunner {
             if let Some(ending) = state.ending.get(&id) {
                 abandoned.push(Abandoned {
                     id: id.clone(),
-                    parent: ending.parent.clone(),
                     name: ending.name.clone(),
                     duration_ms: ending.duration_ms,
                     error: parent_settled(&ending.name, &ending.parent, "settled").to_string(),
@@ -372,7 +399,6 @@ impl NestedRunner {
             let error = parent_settled(&flight.name, &flight.parent, "settled").to_string();
             abandoned.push(Abandoned {
                 id: id.clone(),
-                parent: flight.parent.clone(),
                 name: flight.name.clone(),
                 duration_ms: super::millis(flight.started),
                 error: error.clone(),
@@ -465,27 +491,49 @@ impl NestedRunner {
         arguments: &Value,
         message: &str,
     ) {
-        let capture = self.capture_args;
         self.events
-            .emit(|| AgentEvent::ToolStarted {
-                call_id: id.clone(),
-                parent_call_id: Some(parent.clone()),
-                name: name.to_owned(),
-                arguments: capture.then(|| arguments.clone()),
-            })
+            .started_nested(id, parent, name, arguments)
             .await;
         self.started(id, parent, name, self.summary_args(arguments));
-        if self.claim(id, NestedStatus::Failed, Some(message)) {
-            self.events
-                .emit(|| AgentEvent::ToolFailed {
-                    call_id: id.clone(),
-                    parent_call_id: Some(parent.clone()),
-                    name: name.to_owned(),
-                    duration_ms: 0,
-                    error: message.to_owned(),
-                })
-                .await;
+        self.end_failed(id, 0, NestedStatus::Failed, message).await;
+    }
+
+    /// Claims a call's end and delivers its `ToolFailed`, unless its end was
+    /// already claimed.
+    pub(crate) async fn end_failed(
+        &self,
+        id: &CallId,
+        duration_ms: u64,
+        status: NestedStatus,
+        error: &str,
+    ) {
+        let error = self.events.redaction().text(error.to_owned());
+        let name = {
+            let state = self.state.lock();
+            state.in_flight.get(id).map(|flight| flight.name.clone())
+        };
+        let Some(name) = name else {
+            return;
+        };
+        if self.claim(id, status, Some(&error)) {
+            self.events.failed(id, &name, duration_ms, &error).await;
             self.ended(id);
+        }
+    }
+
+    /// Ends a call whose caller stopped waiting for it.
+    pub(crate) async fn end_abandoned(&self, id: &CallId, parent: &CallId, name: &str) {
+        let text = format!("parent settled: {parent} stopped waiting for nested call '{name}'");
+        self.end_failed(id, 0, NestedStatus::Abandoned, &text).await;
+    }
+
+    /// Delivers the `ToolFailed` of nested calls whose end a sweep claimed.
+    pub(crate) async fn report_abandoned(&self, abandoned: Vec<Abandoned>) {
+        for call in abandoned {
+            self.events
+                .failed(&call.id, &call.name, call.duration_ms, &call.error)
+                .await;
+            self.ended(&call.id);
         }
     }
 }

@@ -1,11 +1,15 @@
 //! Suspension for approval, and resuming with a person's decisions.
 
-use tinyagents_core::{RunContext, RunStatus, State, TinyAgentsError, args_hash};
+use tinyagents_core::{RunStatus, TinyAgentsError, ToolCall, args_hash};
 
-use super::{Admission, RunAcc, Slot};
+use super::Run;
+use super::turn::Slot;
+use crate::call::{Admission, Scope};
 use crate::events::EventSink;
 use crate::harness::AgentHarness;
-use crate::run::{AgentRun, ApprovalDecision, SUSPENDED_RUN_FORMAT, SuspendedRun, TurnEntry};
+use crate::run::{
+    AgentRun, ApprovalDecision, PendingCall, SUSPENDED_RUN_FORMAT, SuspendedRun, TurnEntry,
+};
 
 /// Options of a resumed run segment.
 #[derive(Debug, Clone, Default)]
@@ -14,21 +18,15 @@ pub struct ResumeOptions {
     pub cancel: Option<tinyagents_core::CancellationToken>,
 }
 
-impl AgentHarness {
+impl<'h> Run<'h> {
     /// Ends a run segment waiting for approval: the calls that needed none
     /// have settled; the state holds what the host needs to resume.
-    pub(crate) async fn suspend(
-        &self,
-        ctx: &RunContext,
-        state: &mut State,
-        events: &EventSink,
-        acc: &mut RunAcc,
-        turn: Vec<TurnEntry>,
-    ) -> AgentRun {
+    pub(crate) async fn suspend(&mut self, turn: Vec<TurnEntry>) -> AgentRun {
+        let ctx = &self.ctx;
         let suspended = SuspendedRun {
             format: SUSPENDED_RUN_FORMAT,
             run_id: ctx.run_id.clone(),
-            state: state.clone(),
+            state: self.state.clone(),
             turn,
             budget: ctx.tracker().counts(),
             active_ms: u64::try_from(ctx.elapsed().as_millis()).unwrap_or(u64::MAX),
@@ -36,19 +34,66 @@ impl AgentHarness {
             depth: ctx.depth,
             replay_blocked: Vec::new(),
         };
-        let text = state.last_assistant_text().unwrap_or_default().to_owned();
-        let mut run = self
-            .finish(ctx, state, events, acc, RunStatus::AwaitingApproval, text)
-            .await;
+        let text = self
+            .state
+            .last_assistant_text()
+            .unwrap_or_default()
+            .to_owned();
+        let mut run = self.finish(RunStatus::AwaitingApproval, text).await;
         run.suspended = Some(suspended);
         run
     }
 
+    /// Applies a decision to a pending call: an approved call goes through
+    /// admission again with the approval granted; others are refused.
+    async fn decide(&mut self, call: ToolCall, decision: Option<&ApprovalDecision>) -> Slot<'h> {
+        let harness = self.harness;
+        let refusal = match decision {
+            Some(d) if d.approved && d.args_hash == args_hash(&call.arguments) => {
+                self.ctx
+                    .approvals
+                    .grant(call.id.clone(), d.args_hash.clone());
+                let scope = Scope::Model {
+                    ctx: &mut self.ctx,
+                    state: &self.state,
+                    position: 0,
+                };
+                return match harness.readmit(scope, &self.events, call).await {
+                    Admission::Run(admitted) => Slot::Run {
+                        call: admitted.call,
+                        entry: admitted.entry,
+                        args_hash: None,
+                    },
+                    Admission::Pending(call, reason) => Slot::Pending(PendingCall { call, reason }),
+                    Admission::Refused(call, error) | Admission::Fatal(call, error) => {
+                        self.refused_slot(call, &error).await
+                    }
+                };
+            }
+            Some(d) if d.approved => {
+                "refused: the approval does not match this call's arguments, so it was not run"
+                    .to_owned()
+            }
+            Some(d) => format!(
+                "denied by a person{}",
+                d.reason
+                    .as_deref()
+                    .map(|r| format!(": {r}"))
+                    .unwrap_or_default()
+            ),
+            None => "refused: no decision was given for this call".to_owned(),
+        };
+        let refusal = TinyAgentsError::tool_failed(call.name.clone(), refusal);
+        self.refused_slot(call, &refusal).await
+    }
+}
+
+impl AgentHarness {
     /// Resumes a run suspended for approval. Every pending call needs a
     /// decision: an approved call runs once (the approval binds to the
     /// call's id and the hash of its arguments), a denied call gets a
     /// refusal result. Time spent waiting is not charged to the run's
-    /// wall-clock budget.
+    /// wall clock.
     pub async fn resume(
         &self,
         suspended: SuspendedRun,
@@ -79,92 +124,25 @@ impl AgentHarness {
             }
         }
         let turn = std::mem::take(&mut suspended.turn);
-        let (mut ctx, mut state) = self.restore(suspended, options, events);
-        let mut acc = RunAcc::default();
-        let assistant_text = state.last_assistant_text().unwrap_or_default().to_owned();
+        let (ctx, state) = self.restore(suspended, options);
+        let mut run = self.open(ctx, state, events);
+        let assistant_text = run
+            .state
+            .last_assistant_text()
+            .unwrap_or_default()
+            .to_owned();
         let mut slots = Vec::with_capacity(turn.len());
         for entry in turn {
             let slot = match entry {
                 TurnEntry::Settled { message } => Slot::Settled(message),
                 TurnEntry::Pending { pending } => {
                     let decision = decisions.iter().find(|d| d.call_id == pending.call.id);
-                    self.decide(&mut ctx, &state, events, pending.call, decision)
-                        .await
+                    run.decide(pending.call, decision).await
                 }
             };
             slots.push(slot);
         }
-        self.start_rows(&ctx, events, &mut slots).await;
-        let outcomes = self.execute_turn(&ctx, &state, events, &slots).await;
-        let end = self
-            .fold_turn(
-                &mut ctx,
-                &mut state,
-                events,
-                &mut acc,
-                slots,
-                outcomes,
-                assistant_text,
-                None,
-            )
-            .await?;
-        match self.end_turn(&ctx, &mut state, events, &mut acc, end).await {
-            Some(run) => run,
-            None => self.drive(&mut ctx, &mut state, events, &mut acc).await,
-        }
-    }
-
-    /// Applies a decision to a pending call: approved calls go through the
-    /// policy stages again with the approval granted; others are refused.
-    async fn decide<'h>(
-        &'h self,
-        ctx: &mut RunContext,
-        state: &State,
-        events: &EventSink,
-        call: tinyagents_core::ToolCall,
-        decision: Option<&ApprovalDecision>,
-    ) -> Slot<'h> {
-        let refusal = match decision {
-            Some(d) if d.approved && d.args_hash == args_hash(&call.arguments) => {
-                ctx.approvals.grant(call.id.clone(), d.args_hash.clone());
-                let Some(entry) = self.lookup(&call.name) else {
-                    let text = format!("tool not found: {}", call.name);
-                    return self.refused_slot(ctx, events, call, text).await;
-                };
-                match self.authorize(ctx, state, call, entry).await {
-                    Admission::Run(call, entry) => {
-                        return Slot::Run {
-                            call,
-                            entry,
-                            args_hash: None,
-                        };
-                    }
-                    Admission::Pending(call, reason) => {
-                        return Slot::Pending(crate::run::PendingCall { call, reason });
-                    }
-                    Admission::Refused(call, text) => {
-                        return self.refused_slot(ctx, events, call, text).await;
-                    }
-                    Admission::Fatal(call, error) => {
-                        return self
-                            .refused_slot(ctx, events, call, error.to_string())
-                            .await;
-                    }
-                }
-            }
-            Some(d) if d.approved => {
-                "refused: the approval does not match this call's arguments, so it was not run"
-                    .to_owned()
-            }
-            Some(d) => format!(
-                "denied by a person{}",
-                d.reason
-                    .as_deref()
-                    .map(|r| format!(": {r}"))
-                    .unwrap_or_default()
-            ),
-            None => "refused: no decision was given for this call".to_owned(),
-        };
-        self.refused_slot(ctx, events, call, refusal).await
+        let end = run.complete_turn(slots, assistant_text, None).await?;
+        run.continue_after(end).await
     }
 }

@@ -1,0 +1,297 @@
+//! One tool turn of the loop: the model's calls admitted in order through
+//! the call path, executed, and folded back into the transcript in call
+//! order.
+
+use tinyagents_core::{
+    CallId, ChatResponse, LimitKind, Message, RunStatus, TinyAgentsError, ToolCall, ToolControl,
+    ToolResult,
+};
+use tinytools::{RegisteredTool, ToolErrorPolicy};
+
+use super::{Run, TurnEnd};
+use crate::call::{Admission, CallOutcome, Scope, SettleScope, Settlement, refusal_text};
+use crate::run::{PendingCall, TurnEntry};
+
+/// One call of a turn, as admission leaves it.
+pub(crate) enum Slot<'h> {
+    /// Admitted: runs with these prepared arguments. `args_hash` is its
+    /// idempotency key's hash, set when a ledger recorded its start.
+    Run {
+        call: ToolCall,
+        entry: &'h RegisteredTool,
+        args_hash: Option<String>,
+    },
+    /// Refused at admission: this result is its answer.
+    Refused { call: ToolCall, result: ToolResult },
+    /// Waits for approval.
+    Pending(PendingCall),
+    /// Settled in an earlier segment of a resumed turn.
+    Settled(Message),
+    /// Settled before a crash: the ledger's recorded result answers it, and
+    /// it does not run again.
+    Recorded { call: ToolCall, result: ToolResult },
+}
+
+/// What the fold of one turn decided beyond the transcript.
+#[derive(Default)]
+struct Fold {
+    entries: Vec<TurnEntry>,
+    suspended: bool,
+    control: Option<(ToolControl, String)>,
+    fatal: Option<TinyAgentsError>,
+}
+
+impl<'h> Run<'h> {
+    /// Runs one turn that issued tool calls: admission, execution, fold.
+    pub(crate) async fn tool_turn(
+        &mut self,
+        response: ChatResponse,
+        token_limit: Option<TinyAgentsError>,
+    ) -> Result<TurnEnd, TinyAgentsError> {
+        let first = self.state.calls_issued + 1;
+        self.state.calls_issued += response.tool_calls.len() as u64;
+        let calls: Vec<ToolCall> = response
+            .tool_calls
+            .into_iter()
+            .zip(first..)
+            .map(|(call, index)| call.into_call(CallId::model(index)))
+            .collect();
+        // The transcript keeps the calls as the model wrote them, with every
+        // middleware's redaction applied (arguments and any raw text); the
+        // tools get the real arguments. Calls whose payload redaction
+        // changed cannot be replayed from a checkpoint: the secret was never
+        // persisted.
+        let mut replay_blocked = Vec::new();
+        let redaction = self.events.redaction();
+        let recorded = calls
+            .iter()
+            .map(|call| {
+                let (copy, changed) = redaction.call(call);
+                if changed {
+                    replay_blocked.push(call.id.clone());
+                }
+                copy
+            })
+            .collect();
+        let assistant_text = response.content;
+        self.state.messages.push(Message::Assistant {
+            content: assistant_text.clone(),
+            tool_calls: recorded,
+            reasoning: response.reasoning,
+        });
+        self.checkpoint(&replay_blocked).await;
+        self.run_calls(calls, assistant_text, token_limit, &[]).await
+    }
+
+    /// Admits, executes and folds the calls of one turn, whose assistant
+    /// message is already in the transcript. `replay_blocked` names calls a
+    /// recovery must not run again (their arguments were redacted).
+    pub(crate) async fn run_calls(
+        &mut self,
+        calls: Vec<ToolCall>,
+        assistant_text: String,
+        token_limit: Option<TinyAgentsError>,
+        replay_blocked: &[CallId],
+    ) -> Result<TurnEnd, TinyAgentsError> {
+        let harness = self.harness;
+        let mut limit = token_limit;
+        let mut slots = Vec::with_capacity(calls.len());
+        for (position, call) in calls.into_iter().enumerate() {
+            if replay_blocked.contains(&call.id) {
+                slots.push(self.blocked_replay(call).await);
+                continue;
+            }
+            // A token cap crossed by this very response refuses all its calls.
+            if let Some(
+                reached @ TinyAgentsError::LimitExceeded {
+                    kind: LimitKind::Tokens,
+                    ..
+                },
+            ) = &limit
+            {
+                let reached = reached.clone();
+                slots.push(self.refused_slot(call, &reached).await);
+                continue;
+            }
+            let scope = Scope::Model {
+                ctx: &mut self.ctx,
+                state: &self.state,
+                position,
+            };
+            let slot = match harness.admit(scope, &self.events, call).await {
+                Admission::Run(admitted) => Slot::Run {
+                    call: admitted.call,
+                    entry: admitted.entry,
+                    args_hash: None,
+                },
+                Admission::Refused(call, error) => {
+                    if matches!(error, TinyAgentsError::LimitExceeded { .. }) {
+                        limit.get_or_insert_with(|| error.clone());
+                    }
+                    self.refused_slot(call, &error).await
+                }
+                Admission::Pending(call, reason) => Slot::Pending(PendingCall { call, reason }),
+                Admission::Fatal(_, error) => return Ok(TurnEnd::Fail(error)),
+            };
+            slots.push(slot);
+        }
+        if let Some(reached) = &limit {
+            self.report_limit(reached).await;
+        }
+        self.complete_turn(slots, assistant_text, limit).await
+    }
+
+    /// Records, executes and folds a turn's admitted slots.
+    pub(crate) async fn complete_turn(
+        &mut self,
+        mut slots: Vec<Slot<'h>>,
+        assistant_text: String,
+        limit: Option<TinyAgentsError>,
+    ) -> Result<TurnEnd, TinyAgentsError> {
+        self.start_rows(&mut slots).await;
+        let outcomes = self.execute_turn(&slots).await;
+        self.fold_turn(slots, outcomes, assistant_text, limit).await
+    }
+
+    /// A call refused before it ran: its events, and its (redacted) refusal
+    /// as its result.
+    pub(crate) async fn refused_slot(&self, call: ToolCall, error: &TinyAgentsError) -> Slot<'h> {
+        let text = refusal_text(self.harness, error);
+        self.events.refused(&call, &text).await;
+        let text = self.events.redaction().text(text);
+        Slot::Refused {
+            call,
+            result: ToolResult::error(text),
+        }
+    }
+
+    /// Folds a turn's slots, in call order.
+    async fn fold_turn(
+        &mut self,
+        slots: Vec<Slot<'_>>,
+        outcomes: Vec<Option<CallOutcome>>,
+        assistant_text: String,
+        limit: Option<TinyAgentsError>,
+    ) -> Result<TurnEnd, TinyAgentsError> {
+        let mut fold = Fold {
+            entries: Vec::with_capacity(slots.len()),
+            ..Fold::default()
+        };
+        for (slot, outcome) in slots.into_iter().zip(outcomes) {
+            match slot {
+                Slot::Run { call, entry, .. } => match outcome {
+                    Some(outcome) => self.settle_call(call, Some(entry), outcome, &mut fold).await,
+                    None => {
+                        let text =
+                            format!("tool '{}' was not run: the run was cancelled", call.name);
+                        self.events.refused(&call, &text).await;
+                        let message = tool_message(&call, &ToolResult::error(text));
+                        fold.entries.push(TurnEntry::Settled { message });
+                    }
+                },
+                Slot::Recorded { call, result } => {
+                    self.events.started(&call).await;
+                    let entry = self.harness.lookup(&call.name);
+                    let outcome = CallOutcome::recorded(result);
+                    self.settle_call(call, entry, outcome, &mut fold).await;
+                }
+                Slot::Refused { call, result } => {
+                    let message = tool_message(&call, &result);
+                    fold.entries.push(TurnEntry::Settled { message });
+                }
+                Slot::Settled(message) => fold.entries.push(TurnEntry::Settled { message }),
+                Slot::Pending(pending) => {
+                    fold.suspended = true;
+                    fold.entries.push(TurnEntry::Pending { pending });
+                }
+            }
+        }
+        if fold.suspended {
+            return Ok(TurnEnd::Suspend(fold.entries));
+        }
+        self.state
+            .messages
+            .extend(fold.entries.into_iter().filter_map(|entry| match entry {
+                TurnEntry::Settled { message } => Some(message),
+                TurnEntry::Pending { .. } => None,
+            }));
+        if let Some(error) = fold.fatal {
+            return Ok(TurnEnd::Fail(error));
+        }
+        if let Some(limit) = limit {
+            return Ok(TurnEnd::Limit(limit));
+        }
+        Ok(match fold.control {
+            Some((ToolControl::ReturnDirect, text)) => TurnEnd::Finish(RunStatus::Terminated, text),
+            Some((ToolControl::Terminate, _)) => {
+                TurnEnd::Finish(RunStatus::Terminated, assistant_text)
+            }
+            None => TurnEnd::Continue,
+        })
+    }
+
+    /// Settles one model-issued call through the call path and folds what
+    /// it decided: its transcript row, metadata, control, an end-run error.
+    async fn settle_call(
+        &mut self,
+        call: ToolCall,
+        entry: Option<&RegisteredTool>,
+        outcome: CallOutcome,
+        fold: &mut Fold,
+    ) {
+        let scope = SettleScope::Model {
+            ctx: &mut self.ctx,
+            state: &self.state,
+        };
+        let (mut result, error) = match self.harness.settle(scope, &self.events, &call, outcome).await {
+            Settlement::Answered { result, error } => (result, error),
+            Settlement::Deferred(reason) => {
+                fold.suspended = true;
+                fold.entries.push(TurnEntry::Pending {
+                    pending: PendingCall { call, reason },
+                });
+                return;
+            }
+            // Only a nested call's end can be claimed by another.
+            Settlement::Claimed => (
+                ToolResult::error(format!("tool '{}' was settled elsewhere", call.name)),
+                None,
+            ),
+        };
+        let failed = error.is_some();
+        let end_run = entry.is_some_and(|e| e.spec().error_policy == ToolErrorPolicy::EndRun);
+        if (failed || result.is_error) && end_run {
+            fold.fatal
+                .get_or_insert_with(|| TinyAgentsError::ToolFailed {
+                    tool: call.name.clone(),
+                    message: result.content.clone(),
+                });
+        }
+        if let (false, Some(control)) = (failed, result.control) {
+            fold.control
+                .get_or_insert_with(|| (control, result.content.clone()));
+        }
+        if let Some(metadata) = result.metadata.take() {
+            self.metadata.insert(call.id.clone(), metadata);
+        }
+        let message = Message::Tool {
+            call_id: call.id,
+            provider_id: call.provider_id,
+            name: call.name,
+            content: result.content,
+            is_error: result.is_error,
+        };
+        fold.entries.push(TurnEntry::Settled { message });
+    }
+}
+
+/// The transcript row answering `call`.
+pub(crate) fn tool_message(call: &ToolCall, result: &ToolResult) -> Message {
+    Message::Tool {
+        call_id: call.id.clone(),
+        provider_id: call.provider_id.clone(),
+        name: call.name.clone(),
+        content: result.content.clone(),
+        is_error: result.is_error,
+    }
+}

@@ -1,0 +1,599 @@
+//! Admission: one ordered table of stages for every call, whatever its
+//! origin. Where the specifications make origins differ, the table says so
+//! as data (a stage applies to model-issued calls, nested calls or both) or
+//! one `match` inside the stage decides; no stage exists twice.
+//!
+//! | stage | model-issued | nested |
+//! |---|---|---|
+//! | refusal quota | — | the 9th refusal of a parent is refused unevaluated |
+//! | cancellation | — | a cancelled run refuses |
+//! | bounds | `max_parallel_calls` per turn | `max_nested_depth` |
+//! | budget | every issued call spends a slot | — (reserved later) |
+//! | lookup | model dispatch and the allow-list | the same |
+//! | arguments | injection, `InvalidArgsPolicy`, schema | the same (`Fail` refuses) |
+//! | approval | — | `external`/`approval_required` refuses |
+//! | policy | `before_tool` (may rewrite, deny, defer) | `check_nested_tool` |
+//! | gate | `authorize_tool`; `Ask` defers | `authorize_tool`; `Ask` refuses |
+//! | approval | a flagged tool nothing approved defers | — |
+//! | budget | — | one slot of the shared pool, given back on refusal |
+//! | hold | — | the concurrency gate, under the parent's hold |
+//! | ledger | the turn's started rows, written together | the started row |
+
+use std::panic::AssertUnwindSafe;
+
+use futures_util::FutureExt;
+use tinyagents_core::{
+    AgentEvent, CallId, LimitKind, LimitTracker, RunContext, State, TinyAgentsError, ToolCall,
+    ToolResult,
+};
+use tinyagents_middleware::{GateDecision, ToolCallRequest, ToolVerdict};
+use tinytools::{InvalidArgsPolicy, RegisteredTool, prepare_arguments};
+
+use super::contain::contain;
+use super::emit::ToolEvents;
+use crate::agent_loop::nested::{Hold, HoldKind, NestedRunner, QuotaCharge, REFUSAL_CAP};
+use crate::agent_loop::Start;
+use crate::harness::AgentHarness;
+
+/// Where a call comes from, with what its admission may borrow.
+pub(crate) enum Scope<'a> {
+    /// Issued by the model: the loop lends the context mutably.
+    Model {
+        ctx: &'a mut RunContext,
+        state: &'a State,
+        /// The call's place in its turn.
+        position: usize,
+    },
+    /// Made by a running tool through `ToolExecutionContext::call_tool`.
+    Nested {
+        ctx: &'a RunContext,
+        state: &'a State,
+        parent: &'a CallId,
+        runner: &'a NestedRunner,
+    },
+}
+
+impl Scope<'_> {
+    pub(crate) fn ctx(&self) -> &RunContext {
+        match self {
+            Self::Model { ctx, .. } => ctx,
+            Self::Nested { ctx, .. } => ctx,
+        }
+    }
+
+    fn is_nested(&self) -> bool {
+        matches!(self, Self::Nested { .. })
+    }
+
+    fn parent(&self) -> Option<&CallId> {
+        match self {
+            Self::Model { .. } => None,
+            Self::Nested { parent, .. } => Some(parent),
+        }
+    }
+}
+
+/// The stages of admission.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stage {
+    RefusalQuota,
+    Cancellation,
+    Bounds,
+    Budget,
+    Lookup,
+    Arguments,
+    Approval,
+    Policy,
+    Gate,
+    Hold,
+    Ledger,
+}
+
+/// Which origins a row of the table applies to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Applies {
+    Model,
+    Nested,
+    Both,
+}
+
+/// The admission table, in order.
+const STAGES: [(Stage, Applies); 13] = [
+    (Stage::RefusalQuota, Applies::Nested),
+    (Stage::Cancellation, Applies::Nested),
+    (Stage::Bounds, Applies::Both),
+    (Stage::Budget, Applies::Model),
+    (Stage::Lookup, Applies::Both),
+    (Stage::Arguments, Applies::Both),
+    (Stage::Approval, Applies::Nested),
+    (Stage::Policy, Applies::Both),
+    (Stage::Gate, Applies::Both),
+    (Stage::Approval, Applies::Model),
+    (Stage::Budget, Applies::Nested),
+    (Stage::Hold, Applies::Nested),
+    (Stage::Ledger, Applies::Nested),
+];
+
+/// An admitted call, ready to run.
+pub(crate) struct Admitted<'h> {
+    pub(crate) call: ToolCall,
+    pub(crate) entry: &'h RegisteredTool,
+    /// The hold a nested call runs under.
+    pub(crate) hold: Option<(Hold, HoldKind)>,
+    /// Settled before a crash: its recorded result answers it.
+    pub(crate) recorded: Option<ToolResult>,
+    /// The idempotency key's hash, when a ledger recorded the start.
+    pub(crate) args_hash: Option<String>,
+}
+
+/// How admission of one call ended.
+pub(crate) enum Admission<'h> {
+    Run(Admitted<'h>),
+    /// Refused: the error is its answer.
+    Refused(ToolCall, TinyAgentsError),
+    /// Waits for a person (model-issued calls only).
+    Pending(ToolCall, String),
+    /// Ends the run (`InvalidArgsPolicy::Fail` on a model-issued call).
+    Fatal(ToolCall, TinyAgentsError),
+}
+
+/// What admission carries from stage to stage.
+struct Admitting<'h, 'a> {
+    call: ToolCall,
+    entry: Option<&'h RegisteredTool>,
+    deferred: Option<String>,
+    charge: Option<QuotaCharge<'a>>,
+    slot: Option<NestedSlot<'a>>,
+    hold: Option<(Hold, HoldKind)>,
+    recorded: Option<ToolResult>,
+    args_hash: Option<String>,
+}
+
+/// How a stage ended other than by passing the call on.
+enum Stop {
+    Refuse(TinyAgentsError),
+    Fatal(TinyAgentsError),
+}
+
+impl AgentHarness {
+    /// Admits one call through every stage of the table that applies to its
+    /// origin. A refusal gives back what the call had reserved (its budget
+    /// slot, its place in the parent's refusal quota on admission).
+    pub(crate) async fn admit<'h, 'a>(
+        &'h self,
+        scope: Scope<'a>,
+        events: &ToolEvents,
+        call: ToolCall,
+    ) -> Admission<'h>
+    where
+        'h: 'a,
+    {
+        self.admit_through(scope, events, call, false).await
+    }
+
+    /// Admits a model-issued call again when a person approved it on
+    /// resume: every stage once more, except the budget it already spent.
+    pub(crate) async fn readmit<'h, 'a>(
+        &'h self,
+        scope: Scope<'a>,
+        events: &ToolEvents,
+        call: ToolCall,
+    ) -> Admission<'h>
+    where
+        'h: 'a,
+    {
+        self.admit_through(scope, events, call, true).await
+    }
+
+    async fn admit_through<'h, 'a>(
+        &'h self,
+        mut scope: Scope<'a>,
+        events: &ToolEvents,
+        call: ToolCall,
+        spent: bool,
+    ) -> Admission<'h>
+    where
+        'h: 'a,
+    {
+        let mut admitting = Admitting {
+            call,
+            entry: None,
+            deferred: None,
+            charge: None,
+            slot: None,
+            hold: None,
+            recorded: None,
+            args_hash: None,
+        };
+        let nested = scope.is_nested();
+        for (stage, applies) in STAGES {
+            let applies = match applies {
+                Applies::Both => true,
+                Applies::Model => !nested,
+                Applies::Nested => nested,
+            };
+            if !applies || (spent && stage == Stage::Budget) {
+                continue;
+            }
+            if let Err(stop) = self
+                .stage(stage, &mut scope, events, &mut admitting)
+                .await
+            {
+                if let Some(charge) = admitting.charge.take() {
+                    charge.keep();
+                }
+                return match stop {
+                    Stop::Refuse(error) => Admission::Refused(admitting.call, error),
+                    Stop::Fatal(error) => Admission::Fatal(admitting.call, error),
+                };
+            }
+        }
+        let Admitting {
+            call,
+            entry,
+            deferred,
+            slot,
+            hold,
+            recorded,
+            args_hash,
+            ..
+        } = admitting;
+        let Some(entry) = entry else {
+            return Admission::Refused(call, before_lookup());
+        };
+        if let Some(reason) = deferred {
+            return Admission::Pending(call, reason);
+        }
+        if let Some(slot) = slot {
+            slot.keep();
+        }
+        Admission::Run(Admitted {
+            call,
+            entry,
+            hold,
+            recorded,
+            args_hash,
+        })
+    }
+
+    async fn stage<'h, 'a>(
+        &'h self,
+        stage: Stage,
+        scope: &mut Scope<'a>,
+        events: &ToolEvents,
+        a: &mut Admitting<'h, 'a>,
+    ) -> Result<(), Stop>
+    where
+        'h: 'a,
+    {
+        match stage {
+            Stage::RefusalQuota => {
+                if let Scope::Nested { parent, runner, .. } = scope {
+                    match runner.charge_refusal(parent) {
+                        Some(charge) => a.charge = Some(charge),
+                        None => {
+                            return Err(Stop::Refuse(TinyAgentsError::NestedRefusalCap {
+                                tool: a.call.name.clone(),
+                                parent: (*parent).clone(),
+                                cap: REFUSAL_CAP,
+                            }));
+                        }
+                    }
+                }
+                Ok(())
+            }
+            Stage::Cancellation => {
+                if scope.ctx().is_cancelled() {
+                    let name = &a.call.name;
+                    return Err(Stop::Refuse(TinyAgentsError::tool_failed(
+                        name.clone(),
+                        format!("nested call '{name}' refused: the run was cancelled"),
+                    )));
+                }
+                Ok(())
+            }
+            Stage::Bounds => self.bounds(scope, &a.call).map_err(Stop::Refuse),
+            Stage::Budget => match scope {
+                Scope::Model { ctx, .. } => ctx.tracker().try_reserve_tool_call().map_err(Stop::Refuse),
+                Scope::Nested { ctx, .. } => match NestedSlot::reserve(ctx.tracker()) {
+                    Ok(slot) => {
+                        a.slot = Some(slot);
+                        Ok(())
+                    }
+                    Err(limit) => {
+                        if let TinyAgentsError::LimitExceeded { limit: value, used, .. } = &limit {
+                            events
+                                .sink()
+                                .emit(|| AgentEvent::LimitReached {
+                                    kind: LimitKind::ToolCalls,
+                                    limit: *value,
+                                    used: *used,
+                                })
+                                .await;
+                        }
+                        Err(Stop::Refuse(limit))
+                    }
+                },
+            },
+            Stage::Lookup => match self.lookup(&a.call.name) {
+                Some(entry) => {
+                    a.entry = Some(entry);
+                    Ok(())
+                }
+                None => Err(Stop::Refuse(TinyAgentsError::ToolNotFound {
+                    name: a.call.name.clone(),
+                })),
+            },
+            Stage::Arguments => {
+                let entry = a.entry.ok_or_else(|| Stop::Refuse(before_lookup()))?;
+                match prepare_arguments(entry, &a.call, &self.injected, self.invalid_args) {
+                    Ok(arguments) => {
+                        a.call.arguments = arguments;
+                        a.call.raw_arguments = None;
+                        Ok(())
+                    }
+                    Err(error) if self.invalid_args == InvalidArgsPolicy::Fail && !scope.is_nested() => {
+                        Err(Stop::Fatal(error.into()))
+                    }
+                    Err(error) => Err(Stop::Refuse(error.into())),
+                }
+            }
+            Stage::Approval => {
+                let entry = a.entry.ok_or_else(|| Stop::Refuse(before_lookup()))?;
+                let spec = entry.spec();
+                if !(spec.external || spec.approval_required) {
+                    return Ok(());
+                }
+                match scope {
+                    Scope::Nested { .. } => Err(Stop::Refuse(TinyAgentsError::NestedApprovalRequired {
+                        tool: a.call.name.clone(),
+                    })),
+                    // Fail closed: a flagged tool runs only on an approval
+                    // (a person's, or a middleware that decides approvals).
+                    Scope::Model { ctx, .. } => {
+                        if a.deferred.is_none() && !ctx.approvals.is_call_approved(&a.call) {
+                            a.deferred = Some(format!(
+                                "tool '{}' requires a person's approval",
+                                a.call.name
+                            ));
+                        }
+                        Ok(())
+                    }
+                }
+            }
+            Stage::Policy => self.policy(scope, a).await.map_err(Stop::Refuse),
+            Stage::Gate => self.gate(scope, a).await.map_err(Stop::Refuse),
+            Stage::Hold => {
+                let entry = a.entry.ok_or_else(|| Stop::Refuse(before_lookup()))?;
+                if let Scope::Nested { parent, runner, .. } = scope {
+                    let shared = self.runs_shared(entry);
+                    a.hold = Some(
+                        runner
+                            .acquire(parent, &a.call.name, shared)
+                            .await
+                            .map_err(Stop::Refuse)?,
+                    );
+                }
+                Ok(())
+            }
+            Stage::Ledger => {
+                let entry = a.entry.ok_or_else(|| Stop::Refuse(before_lookup()))?;
+                if self.ledger.is_none() {
+                    return Ok(());
+                }
+                let hash = tinyagents_core::args_hash(&a.call.arguments);
+                let start = self
+                    .start_row(scope.ctx(), events, &a.call, entry.spec(), hash.clone())
+                    .await;
+                a.args_hash = Some(hash);
+                match start {
+                    Start::Run => Ok(()),
+                    Start::Recorded(result) => {
+                        a.recorded = Some(result);
+                        Ok(())
+                    }
+                    Start::Refused(text) => Err(Stop::Refuse(TinyAgentsError::tool_failed(
+                        a.call.name.clone(),
+                        text,
+                    ))),
+                }
+            }
+        }
+    }
+
+    /// The fan-out bound: a turn's parallel calls, or a nested call's depth.
+    fn bounds(&self, scope: &Scope<'_>, call: &ToolCall) -> Result<(), TinyAgentsError> {
+        let limits = &scope.ctx().limits;
+        match scope {
+            Scope::Model { position, .. } => {
+                let max = limits.max_parallel_calls;
+                if u32::try_from(*position).unwrap_or(u32::MAX) >= max {
+                    return Err(TinyAgentsError::LimitExceeded {
+                        kind: LimitKind::ParallelCalls,
+                        limit: u64::from(max),
+                        used: u64::try_from(*position).unwrap_or(u64::MAX) + 1,
+                    });
+                }
+                Ok(())
+            }
+            Scope::Nested { .. } => {
+                let max = limits.max_nested_depth();
+                let depth = call.id.depth();
+                if max == 0 {
+                    return Err(TinyAgentsError::NestedDisabled {
+                        tool: call.name.clone(),
+                    });
+                }
+                if depth > max {
+                    return Err(TinyAgentsError::NestedDepthExceeded {
+                        tool: call.name.clone(),
+                        depth,
+                        max,
+                    });
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Every middleware's admission hook, in order: `before_tool` for a
+    /// model-issued call (most restrictive verdict wins), `check_nested_tool`
+    /// for a nested one (the first refusal wins). Contained: an error or a
+    /// panic refuses, naming the middleware.
+    async fn policy(
+        &self,
+        scope: &mut Scope<'_>,
+        a: &mut Admitting<'_, '_>,
+    ) -> Result<(), TinyAgentsError> {
+        for middleware in self.middlewares.iter() {
+            let name = middleware.name();
+            match scope {
+                Scope::Model { ctx, state, .. } => {
+                    let before = a.call.name.clone();
+                    let verdict =
+                        contain(name, middleware.before_tool(ctx, state, &mut a.call)).await?;
+                    if a.call.name != before {
+                        a.call.name = before;
+                        return Err(TinyAgentsError::Denied {
+                            by: name.to_owned(),
+                            reason: "a middleware may not change which tool is called".to_owned(),
+                        });
+                    }
+                    match verdict {
+                        ToolVerdict::Allow => {}
+                        ToolVerdict::Deny { reason } => return Err(denial(name, reason)),
+                        ToolVerdict::Defer { reason } => {
+                            a.deferred.get_or_insert(reason);
+                        }
+                    }
+                }
+                Scope::Nested { ctx, state, .. } => {
+                    contain(name, middleware.check_nested_tool(ctx, state, &a.call)).await?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The host's security gate. An error or a panic denies; `Ask` defers a
+    /// model-issued call that was not approved, and refuses a nested one,
+    /// which cannot be prompted for.
+    async fn gate(
+        &self,
+        scope: &Scope<'_>,
+        a: &mut Admitting<'_, '_>,
+    ) -> Result<(), TinyAgentsError> {
+        let Some(gate) = &self.gate else {
+            return Ok(());
+        };
+        let entry = a.entry.ok_or_else(before_lookup)?;
+        let ctx = scope.ctx();
+        let request = ToolCallRequest {
+            run_id: &ctx.run_id,
+            agent_id: ctx.agent_id.as_ref(),
+            call_id: &a.call.id,
+            parent_call_id: scope.parent(),
+            spec: entry.spec(),
+            arguments: &a.call.arguments,
+        };
+        let decision = AssertUnwindSafe(gate.authorize_tool(&request))
+            .catch_unwind()
+            .await;
+        let refusal = match decision {
+            Ok(Ok(GateDecision::Allow)) => return Ok(()),
+            Ok(Ok(GateDecision::Ask { reason })) => match scope {
+                Scope::Model { ctx, .. } => {
+                    if !ctx.approvals.is_call_approved(&a.call) {
+                        a.deferred.get_or_insert(reason);
+                    }
+                    return Ok(());
+                }
+                Scope::Nested { .. } => format!(
+                    "{reason} (a nested call cannot be prompted for, so the gate's question is a refusal)"
+                ),
+            },
+            Ok(Ok(GateDecision::Deny { reason })) => reason,
+            Ok(Err(error)) => format!("the gate failed: {error}"),
+            Err(_) => "the gate panicked".to_owned(),
+        };
+        Err(TinyAgentsError::Denied {
+            by: "security gate".to_owned(),
+            reason: refusal,
+        })
+    }
+}
+
+/// A middleware's denial. A reason that already names who denied is kept
+/// as it is, so the text does not say it twice.
+fn denial(by: &str, reason: String) -> TinyAgentsError {
+    if reason.starts_with("denied by ") {
+        TinyAgentsError::ToolFailed {
+            tool: by.to_owned(),
+            message: reason,
+        }
+    } else {
+        TinyAgentsError::Denied {
+            by: by.to_owned(),
+            reason,
+        }
+    }
+}
+
+/// A stage that needs the tool ran before the lookup: a broken table. Fails
+/// closed.
+fn before_lookup() -> TinyAgentsError {
+    TinyAgentsError::Config("admission table: a stage needs the tool before its lookup".to_owned())
+}
+
+/// A nested call's budget slot: given back when dropped, unless kept (the
+/// call was admitted). Dropping the admission of a caller that left
+/// releases it.
+pub(crate) struct NestedSlot<'a> {
+    tracker: &'a LimitTracker,
+    kept: bool,
+}
+
+impl<'a> NestedSlot<'a> {
+    fn reserve(tracker: &'a LimitTracker) -> Result<Self, TinyAgentsError> {
+        tracker.try_reserve_nested_tool_call()?;
+        Ok(Self {
+            tracker,
+            kept: false,
+        })
+    }
+
+    fn keep(mut self) {
+        self.kept = true;
+    }
+}
+
+impl Drop for NestedSlot<'_> {
+    fn drop(&mut self) {
+        if !self.kept {
+            self.tracker.release_nested_tool_call();
+        }
+    }
+}
+
+/// The model-readable text of a refusal.
+pub(crate) fn refusal_text(harness: &AgentHarness, error: &TinyAgentsError) -> String {
+    match error {
+        TinyAgentsError::LimitExceeded { kind, limit, .. } => {
+            format!("refused: the run reached its {kind} limit of {limit}")
+        }
+        TinyAgentsError::ToolNotFound { name } => {
+            let available: Vec<&str> = harness
+                .model_tools
+                .iter()
+                .map(|d| d.name.as_str())
+                .collect();
+            format!(
+                "tool not found: {name}. Available tools: {}",
+                available.join(", ")
+            )
+        }
+        // The argument error's own text already names the tool.
+        TinyAgentsError::InvalidArguments { message, .. } => message.clone(),
+        other => other.to_string(),
+    }
+}

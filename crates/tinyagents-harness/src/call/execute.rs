@@ -1,0 +1,164 @@
+//! Execution of one admitted call: the `wrap_tool` onion under the call's
+//! timeout (the tool's own or the run's default, never past the run's
+//! wall-clock budget), with the nested-call runner installed for its tool.
+//! A panic, in the tool or in a wrap layer, becomes the call's failure.
+
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+
+use futures_util::FutureExt;
+use tinyagents_core::{AgentEvent, CallId, TinyAgentsError, ToolCall};
+use tinyagents_middleware::{Next, ToolCallContext};
+use tinytools::{IdempotencyKey, ProgressSink, RegisteredTool, ToolCallOptions, ToolRunContext};
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use super::contain::panic_text;
+use super::settle::CallOutcome;
+use crate::agent_loop::nested::{NestedRunner, attach_summary};
+use crate::agent_loop::{Run, millis, with_deadline};
+use crate::tool::{NESTED_SCOPE, NestedScope, NestedToolRunner, ToolExecutionContext};
+
+/// Where a call runs: under which parent, with which nested-call runner,
+/// with which idempotency key's hash.
+#[derive(Clone, Copy)]
+pub(crate) struct CallSite<'a> {
+    /// The immediate parent of a nested call.
+    pub(crate) parent_call_id: Option<&'a CallId>,
+    /// The runner its tool's nested calls go to (nesting on).
+    pub(crate) nested: Option<&'a Arc<NestedRunner>>,
+    /// The hash of its arguments, when a ledger recorded its start.
+    pub(crate) args_hash: Option<&'a str>,
+}
+
+impl Run<'_> {
+    /// Runs one call through the onion under its timeout.
+    pub(crate) async fn execute_call(
+        &self,
+        call: ToolCall,
+        entry: &RegisteredTool,
+        site: CallSite<'_>,
+    ) -> CallOutcome {
+        let harness = self.harness;
+        let ctx = &self.ctx;
+        let CallSite {
+            parent_call_id,
+            nested,
+            args_hash,
+        } = site;
+        let started = Instant::now();
+        let spec = entry.spec();
+        let timeout = match (spec.timeout.or(ctx.limits.tool_timeout), ctx.remaining()) {
+            (Some(own), Some(left)) => Some(own.min(left)),
+            (own, left) => own.or(left),
+        };
+        let call_id = call.id.clone();
+        let scope = nested.map(|runner| {
+            if parent_call_id.is_none() {
+                // Nested calls were activated when admitted.
+                runner.activate(&call_id);
+            }
+            let runner: Arc<dyn NestedToolRunner> = Arc::clone(runner) as Arc<dyn NestedToolRunner>;
+            NestedScope {
+                runner,
+                call_id: call_id.clone(),
+            }
+        });
+        let runner = scope.as_ref().map_or_else(
+            || Arc::clone(&harness.disabled_runner),
+            |s| Arc::clone(&s.runner),
+        );
+        let extension = Arc::new(ToolExecutionContext::new(
+            Some(runner),
+            call_id.clone(),
+            Some(Arc::clone(&self.shared)),
+        ));
+        let mut tool_context = self.tool_context(&call.id).with_host_extension(extension);
+        if let Some(hash) = args_hash {
+            tool_context = tool_context.with_idempotency_key(IdempotencyKey {
+                run_id: ctx.run_id.clone(),
+                call_id: call_id.clone(),
+                args_hash: hash.to_owned(),
+            });
+        }
+        let wrap_context = ToolCallContext {
+            run: ctx,
+            spec,
+            parent_call_id,
+            tool_context: &tool_context,
+            opts: ToolCallOptions::with_timeout(timeout),
+            detailed_errors: harness.detailed_errors,
+        };
+        let span = tracing::info_span!(
+            "execute_tool",
+            otel.name = %format_args!("execute_tool {}", spec.name),
+            gen_ai.operation.name = "execute_tool",
+            gen_ai.tool.name = %spec.name,
+            gen_ai.tool.call.id = %call.id,
+        );
+        let onion = Next::new(&harness.wraps, entry.tool().as_ref()).run(&wrap_context, call);
+        let guarded = AssertUnwindSafe(onion).catch_unwind().instrument(span);
+        let bounded = with_deadline(timeout, guarded);
+        let finished = match scope {
+            Some(scope) => NESTED_SCOPE.scope(scope, bounded).await,
+            None => bounded.await,
+        };
+        let mut result = match finished {
+            None => Err(TinyAgentsError::Timeout {
+                what: spec.name.clone(),
+                after_ms: timeout.map_or(0, |t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
+            }),
+            Some(Err(panic)) => Err(TinyAgentsError::tool_failed(
+                spec.name.clone(),
+                if harness.detailed_errors {
+                    format!(
+                        "tool '{}' panicked: {}",
+                        spec.name,
+                        panic_text(panic.as_ref())
+                    )
+                } else {
+                    tinyagents_middleware::withheld(&spec.name)
+                },
+            )),
+            Some(Ok(result)) => result,
+        };
+        if let Some(runner) = nested {
+            let (summary, abandoned) = runner.finish_parent(&call_id);
+            runner.report_abandoned(abandoned).await;
+            if let (Some(summary), Ok(result)) = (summary, result.as_mut()) {
+                attach_summary(result, summary);
+            }
+        }
+        // A timeout (the harness's or a wrap's) dropped the tool mid-flight.
+        let dropped = matches!(result, Err(TinyAgentsError::Timeout { .. }));
+        CallOutcome {
+            result,
+            duration_ms: millis(started),
+            dropped,
+        }
+    }
+
+    fn tool_context(&self, call_id: &CallId) -> ToolRunContext {
+        let ctx = &self.ctx;
+        let context = ToolRunContext::new(
+            ctx.run_id.clone(),
+            call_id.clone(),
+            ctx.cancellation().clone(),
+        )
+        .with_agent(ctx.agent_id.clone());
+        let events = self.sink();
+        if events.is_active() && !call_id.is_nested() {
+            let sink = events.clone();
+            let progress: ProgressSink = Arc::new(move |p| {
+                sink.try_emit(AgentEvent::ToolProgress {
+                    call_id: p.call_id,
+                    fraction: p.fraction,
+                    message: p.message,
+                });
+            });
+            context.with_progress(Some(progress))
+        } else {
+            context
+        }
+    }
+}

@@ -1,0 +1,222 @@
+//! Settlement: one function reports how every call ended, whatever its
+//! origin — truncation, the result hooks, the terminal event, the parent's
+//! summary — and one writes its settled ledger row with every payload
+//! redacted. Where origins differ (a model-issued result is truncated and
+//! may be rewritten by `after_tool`; a nested one loses its control and is
+//! only observed), one `match` decides.
+
+use tinyagents_core::{CallId, RunContext, State, TinyAgentsError, ToolCall, ToolResult};
+use tinyagents_ledger::Outcome;
+use tinytools::cut;
+
+use super::contain::{contain, contain_unit};
+use super::emit::ToolEvents;
+use crate::agent_loop::nested::{NestedRunner, NestedStatus};
+use crate::harness::AgentHarness;
+
+/// What running one call gave.
+#[derive(Debug)]
+pub(crate) struct CallOutcome {
+    pub(crate) result: Result<ToolResult, TinyAgentsError>,
+    pub(crate) duration_ms: u64,
+    /// The tool's future was dropped mid-flight (timeout, cancellation):
+    /// whether its effect happened is unknown, so its ledger row stays
+    /// started.
+    pub(crate) dropped: bool,
+}
+
+impl CallOutcome {
+    /// A call answered from its ledger row: it does not run again.
+    pub(crate) fn recorded(result: ToolResult) -> Self {
+        Self {
+            result: Ok(result),
+            duration_ms: 0,
+            dropped: false,
+        }
+    }
+
+    /// A call of a batch the run's cancellation stopped.
+    pub(crate) fn cancelled(tool: &str) -> Self {
+        Self {
+            result: Err(TinyAgentsError::tool_failed(
+                tool,
+                format!("tool '{tool}' was cancelled: the run was cancelled"),
+            )),
+            duration_ms: 0,
+            dropped: true,
+        }
+    }
+}
+
+/// Where a settling call's hooks run and its end is reported.
+pub(crate) enum SettleScope<'a> {
+    /// A model-issued call, settled in the fold: `after_tool` may rewrite it.
+    Model {
+        ctx: &'a mut RunContext,
+        state: &'a State,
+    },
+    /// A nested call, settled as it ends: observed, never rewritten.
+    Nested {
+        ctx: &'a RunContext,
+        state: &'a State,
+        runner: &'a NestedRunner,
+    },
+}
+
+/// How a call was settled.
+pub(crate) enum Settlement {
+    /// Its answer: `result` is what the transcript holds (for a failed call,
+    /// the text the model reads); `error` is set when the call failed or was
+    /// refused, and is what a nested caller gets.
+    Answered {
+        result: ToolResult,
+        error: Option<TinyAgentsError>,
+    },
+    /// A model-issued call asked for approval while it ran: it waits.
+    Deferred(String),
+    /// A nested call whose end was already claimed (its parent settled):
+    /// nobody waits for its answer.
+    Claimed,
+}
+
+impl AgentHarness {
+    /// Settles one call that ran (or was answered from its ledger row).
+    pub(crate) async fn settle(
+        &self,
+        scope: SettleScope<'_>,
+        events: &ToolEvents,
+        call: &ToolCall,
+        outcome: CallOutcome,
+    ) -> Settlement {
+        let duration_ms = outcome.duration_ms;
+        let (mut result, mut error) = match outcome.result {
+            Ok(result) => (result, None),
+            Err(TinyAgentsError::ApprovalRequired { tool, reason }) => match scope {
+                SettleScope::Model { .. } => {
+                    // Raised during execution: the call waits for a person
+                    // like one deferred at admission.
+                    let text = format!(
+                        "tool '{tool}' requires approval: {reason}; the run waits for a decision"
+                    );
+                    events.failed(&call.id, &call.name, duration_ms, &text).await;
+                    return Settlement::Deferred(reason);
+                }
+                SettleScope::Nested { .. } => {
+                    let error = TinyAgentsError::NestedApprovalRequired { tool };
+                    (ToolResult::error(error.to_string()), Some(error))
+                }
+            },
+            Err(error) => (ToolResult::error(error.to_string()), Some(error)),
+        };
+        match scope {
+            SettleScope::Model { ctx, state } => {
+                truncate(&mut result.content, ctx.limits.max_tool_result_bytes);
+                for middleware in self.middlewares.iter().rev() {
+                    let name = middleware.name();
+                    let hook = middleware.after_tool(ctx, state, call, &mut result);
+                    if let Err(withheld) = contain(name, hook).await {
+                        let text = format!("result withheld: {withheld}");
+                        result = ToolResult::error(text.clone());
+                        error = Some(TinyAgentsError::tool_failed(call.name.clone(), text));
+                        break;
+                    }
+                }
+                match &error {
+                    Some(_) => {
+                        events
+                            .failed(&call.id, &call.name, duration_ms, &result.content)
+                            .await;
+                    }
+                    None => {
+                        events
+                            .completed(&call.id, &call.name, duration_ms, &result)
+                            .await;
+                    }
+                }
+                Settlement::Answered { result, error }
+            }
+            SettleScope::Nested { ctx, state, runner } => {
+                // A nested result cannot steer the run.
+                result.control = None;
+                if error.is_none() {
+                    for middleware in self.middlewares.iter() {
+                        let hook = middleware.observe_nested_result(ctx, state, call, &result);
+                        if let Err(failed) = contain_unit(middleware.name(), hook).await {
+                            let text = format!("result withheld: {failed}");
+                            result = ToolResult::error(text.clone());
+                            error = Some(TinyAgentsError::tool_failed(call.name.clone(), text));
+                            break;
+                        }
+                    }
+                }
+                let status = match (&error, result.is_error) {
+                    (Some(_), _) => NestedStatus::Failed,
+                    (None, true) => NestedStatus::Error,
+                    (None, false) => NestedStatus::Ok,
+                };
+                let summary_error = (status != NestedStatus::Ok)
+                    .then(|| events.redaction().text(result.content.clone()));
+                if !runner.claim(&call.id, status, summary_error.as_deref()) {
+                    return Settlement::Claimed;
+                }
+                match &error {
+                    Some(_) => {
+                        events
+                            .failed(&call.id, &call.name, duration_ms, &result.content)
+                            .await;
+                    }
+                    None => {
+                        events
+                            .completed(&call.id, &call.name, duration_ms, &result)
+                            .await;
+                    }
+                }
+                runner.ended(&call.id);
+                Settlement::Answered { result, error }
+            }
+        }
+    }
+
+    /// Writes a call's settled row as soon as it ends (so a crash later in
+    /// the turn does not put a finished call in doubt), with every payload
+    /// redacted. A call dropped mid-flight, or a model-issued one that asked
+    /// for approval (it runs once approved), stays started.
+    pub(crate) async fn record(
+        &self,
+        ctx: &RunContext,
+        events: &ToolEvents,
+        call_id: &CallId,
+        outcome: &CallOutcome,
+    ) {
+        if self.ledger.is_none() || outcome.dropped {
+            return;
+        }
+        let redaction = events.redaction();
+        let settled = match &outcome.result {
+            Ok(result) => {
+                let mut stored = result.clone();
+                redaction.result(&mut stored);
+                Outcome::Completed(stored)
+            }
+            Err(TinyAgentsError::ApprovalRequired { tool, .. }) if call_id.is_nested() => {
+                let error = TinyAgentsError::NestedApprovalRequired { tool: tool.clone() };
+                Outcome::Failed(error.to_string())
+            }
+            Err(TinyAgentsError::ApprovalRequired { .. }) => return,
+            Err(error) => Outcome::Failed(redaction.text(error.to_string())),
+        };
+        self.settle_row(ctx, events, call_id, settled).await;
+    }
+}
+
+/// Cuts `content` to `max` bytes and says so.
+pub(crate) fn truncate(content: &mut String, max: usize) {
+    if content.len() <= max {
+        return;
+    }
+    let total = content.len();
+    let kept = cut(content, max);
+    let kept_len = kept.len();
+    *content = kept;
+    content.push_str(&format!("\n[truncated: kept {kept_len} of {total} bytes]"));
+}
