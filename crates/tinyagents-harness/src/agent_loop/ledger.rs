@@ -103,7 +103,7 @@ impl AgentHarness {
             hash,
             spec.replay,
         );
-        let error = match ledger.record_started(row).await {
+        let error = match guarded("record_started", ledger.record_started(row)).await {
             Ok(()) => return Start::Run,
             Err(error) => error,
         };
@@ -111,7 +111,7 @@ impl AgentHarness {
             // A settled call is answered from its row, also in a run that
             // has since finished (a deferred state resumed twice).
             settled @ (LedgerError::AlreadySettled { .. } | LedgerError::RunFinished { .. }) => {
-                match ledger.get(&ctx.run_id, &call.id).await {
+                match guarded("get", ledger.get(&ctx.run_id, &call.id)).await {
                     Ok(Some(row)) => match row.result {
                         Some(stored) => Start::Recorded(stored.to_tool_result()),
                         None => Start::Refused(format!("refused: {settled}")),
@@ -163,7 +163,7 @@ impl AgentHarness {
         let Some(ledger) = &self.ledger else {
             return;
         };
-        if let Err(error) = ledger.record_settled(&ctx.run_id, call_id, &outcome).await {
+        if let Err(error) = guarded("record_settled", ledger.record_settled(&ctx.run_id, call_id, &outcome)).await {
             events
                 .sink()
                 .emit(|| AgentEvent::Warning {
@@ -196,9 +196,11 @@ impl<'h> Run<'h> {
             replay_blocked: replay_blocked.to_vec(),
         };
         let written = match serde_json::to_vec(&saved) {
-            Ok(bytes) => ledger
-                .save_checkpoint(&ctx.run_id, u64::from(state.turn), bytes)
-                .await
+            Ok(bytes) => guarded(
+                "save_checkpoint",
+                ledger.save_checkpoint(&ctx.run_id, u64::from(state.turn), bytes),
+            )
+            .await
                 .map_err(|e| e.to_string()),
             Err(error) => Err(error.to_string()),
         };
@@ -217,9 +219,9 @@ impl<'h> Run<'h> {
             return;
         };
         let run_id = &self.ctx.run_id;
-        let finished = match ledger.mark_run_finished(run_id).await {
+        let finished = match guarded("mark_run_finished", ledger.mark_run_finished(run_id)).await {
             // Settled rows ride on commits; make the run's last ones durable.
-            Ok(()) => ledger.flush().await,
+            Ok(()) => guarded("flush", ledger.flush()).await,
             Err(error) => Err(error),
         };
         if let Err(error) = finished {
@@ -236,7 +238,7 @@ impl<'h> Run<'h> {
     pub(crate) async fn blocked_replay(&self, call: ToolCall) -> Slot<'h> {
         let harness = self.harness;
         if let Some(ledger) = &harness.ledger
-            && let Ok(Some(row)) = ledger.get(&self.ctx.run_id, &call.id).await
+            && let Ok(Some(row)) = guarded("get", ledger.get(&self.ctx.run_id, &call.id)).await
         {
             if let Some(stored) = row.result {
                 return Slot::Recorded {
@@ -321,16 +323,15 @@ impl AgentHarness {
         let open_calls = match state.messages.last() {
             Some(Message::Assistant {
                 tool_calls,
-                content,
                 ..
-            }) if !tool_calls.is_empty() => Some((tool_calls.clone(), content.clone())),
+            }) if !tool_calls.is_empty() => Some(tool_calls.clone()),
             _ => None,
         };
         let mut run = self.open(ctx, state, events);
-        let Some((calls, text)) = open_calls else {
+        let Some(calls) = open_calls else {
             return run.drive().await;
         };
-        let end = run.run_calls(calls, text, None, &blocked).await?;
+        let end = run.run_calls(calls, None, &blocked).await?;
         run.continue_after(end).await
     }
 
@@ -353,5 +354,25 @@ impl AgentHarness {
         ctx.properties = Arc::new(saved.properties);
         ctx.extensions.insert(Arc::clone(&self.tools));
         (ctx, saved.state)
+    }
+}
+
+/// Awaits a ledger operation, containing a panic in the backend (host code,
+/// for a custom ledger) as a storage failure, which every caller treats
+/// fail-closed.
+async fn guarded<T>(
+    operation: &'static str,
+    write: impl std::future::Future<Output = Result<T, LedgerError>>,
+) -> Result<T, LedgerError> {
+    use futures_util::FutureExt;
+    match std::panic::AssertUnwindSafe(write).catch_unwind().await {
+        Ok(result) => result,
+        Err(panic) => Err(LedgerError::Storage {
+            operation,
+            detail: format!(
+                "the ledger panicked: {}",
+                crate::call::panic_text(panic.as_ref())
+            ),
+        }),
     }
 }

@@ -126,11 +126,6 @@ impl AgentHarness {
         let turn = std::mem::take(&mut suspended.turn);
         let (ctx, state) = self.restore(suspended, options);
         let mut run = self.open(ctx, state, events);
-        let assistant_text = run
-            .state
-            .last_assistant_text()
-            .unwrap_or_default()
-            .to_owned();
         let mut slots = Vec::with_capacity(turn.len());
         for entry in turn {
             let slot = match entry {
@@ -142,7 +137,7 @@ impl AgentHarness {
             };
             slots.push(slot);
         }
-        let end = run.complete_turn(slots, assistant_text, None).await?;
+        let end = run.complete_turn(slots, None).await?;
         run.continue_after(end).await
     }
 }

@@ -73,14 +73,13 @@ impl<'h> Run<'h> {
                 copy
             })
             .collect();
-        let assistant_text = response.content;
         self.state.messages.push(Message::Assistant {
-            content: assistant_text.clone(),
+            content: response.content,
             tool_calls: recorded,
             reasoning: response.reasoning,
         });
         self.checkpoint(&replay_blocked).await;
-        self.run_calls(calls, assistant_text, token_limit, &[]).await
+        self.run_calls(calls, token_limit, &[]).await
     }
 
     /// Admits, executes and folds the calls of one turn, whose assistant
@@ -89,7 +88,6 @@ impl<'h> Run<'h> {
     pub(crate) async fn run_calls(
         &mut self,
         calls: Vec<ToolCall>,
-        assistant_text: String,
         token_limit: Option<TinyAgentsError>,
         replay_blocked: &[CallId],
     ) -> Result<TurnEnd, TinyAgentsError> {
@@ -138,19 +136,18 @@ impl<'h> Run<'h> {
         if let Some(reached) = &limit {
             self.report_limit(reached).await;
         }
-        self.complete_turn(slots, assistant_text, limit).await
+        self.complete_turn(slots, limit).await
     }
 
     /// Records, executes and folds a turn's admitted slots.
     pub(crate) async fn complete_turn(
         &mut self,
         mut slots: Vec<Slot<'h>>,
-        assistant_text: String,
         limit: Option<TinyAgentsError>,
     ) -> Result<TurnEnd, TinyAgentsError> {
         self.start_rows(&mut slots).await;
-        let outcomes = self.execute_turn(&slots).await;
-        self.fold_turn(slots, outcomes, assistant_text, limit).await
+        let outcomes = self.execute_turn(&mut slots).await;
+        self.fold_turn(slots, outcomes, limit).await
     }
 
     /// A call refused before it ran: its events, and its (redacted) refusal
@@ -170,7 +167,6 @@ impl<'h> Run<'h> {
         &mut self,
         slots: Vec<Slot<'_>>,
         outcomes: Vec<Option<CallOutcome>>,
-        assistant_text: String,
         limit: Option<TinyAgentsError>,
     ) -> Result<TurnEnd, TinyAgentsError> {
         let mut fold = Fold {
@@ -224,7 +220,8 @@ impl<'h> Run<'h> {
         Ok(match fold.control {
             Some((ToolControl::ReturnDirect, text)) => TurnEnd::Finish(RunStatus::Terminated, text),
             Some((ToolControl::Terminate, _)) => {
-                TurnEnd::Finish(RunStatus::Terminated, assistant_text)
+                let text = self.state.last_assistant_text().unwrap_or_default();
+                TurnEnd::Finish(RunStatus::Terminated, text.to_owned())
             }
             None => TurnEnd::Continue,
         })
