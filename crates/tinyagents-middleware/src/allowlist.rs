@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 
 use tinyagents_core::{RunContext, ToolCall};
 
-use crate::decision::{CallPolicy, PolicyDecision};
+use crate::decision::{CallPolicy, ToolVerdict};
 
 /// Lets only the named tools run; every other call is refused.
 #[derive(Debug, Clone, Default)]
@@ -38,9 +38,9 @@ impl CallPolicy for ToolAllowlistMiddleware {
 
     /// The decision about `call`, shared by `before_tool` and
     /// `check_nested_tool`.
-    fn decide(&self, _ctx: &RunContext, call: &ToolCall) -> PolicyDecision {
+    fn decide(&self, _ctx: &RunContext, call: &ToolCall) -> ToolVerdict {
         if self.allows(&call.name) {
-            return PolicyDecision::Allow;
+            return ToolVerdict::Allow;
         }
         let listed = self
             .allowed
@@ -48,7 +48,7 @@ impl CallPolicy for ToolAllowlistMiddleware {
             .map(String::as_str)
             .collect::<Vec<_>>()
             .join(", ");
-        PolicyDecision::deny(if listed.is_empty() {
+        ToolVerdict::deny(if listed.is_empty() {
             format!(
                 "tool '{}' is not allowed here; no tools are allowed",
                 call.name
@@ -65,7 +65,6 @@ impl CallPolicy for ToolAllowlistMiddleware {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::hooks::ToolVerdict;
     use crate::testing::{call, ctx_with, denied_reason, model, nested};
     use serde_json::json;
 

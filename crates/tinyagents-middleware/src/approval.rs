@@ -14,8 +14,8 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use tinyagents_core::{RunContext, State, TinyAgentsError, ToolCall, args_hash};
 
-use crate::decision::PolicyDecision;
-use crate::hooks::{Middleware, ToolVerdict, tool_spec};
+use crate::decision::ToolVerdict;
+use crate::hooks::{Middleware, tool_spec};
 
 /// Asked about each flagged call that was not approved by id; `true`
 /// approves it (a host may auto-approve). A nested call is recognisable by
@@ -115,13 +115,13 @@ impl HumanApprovalMiddleware {
     /// The decision about `call`, shared by `before_tool` and
     /// `check_nested_tool` (where a deferral becomes the nested approval
     /// error).
-    pub fn decide(&self, ctx: &RunContext, call: &ToolCall) -> PolicyDecision {
+    pub fn decide(&self, ctx: &RunContext, call: &ToolCall) -> ToolVerdict {
         self.assess(ctx, call).0
     }
 
-    fn assess(&self, ctx: &RunContext, call: &ToolCall) -> (PolicyDecision, Option<ApprovalOutcome>) {
+    fn assess(&self, ctx: &RunContext, call: &ToolCall) -> (ToolVerdict, Option<ApprovalOutcome>) {
         if !self.is_flagged(ctx, &call.name) {
-            return (PolicyDecision::Allow, None);
+            return (ToolVerdict::Allow, None);
         }
         let nested = call.id.is_nested();
         let outcome = if !nested && ctx.approvals.is_call_approved(call) {
@@ -135,18 +135,18 @@ impl HumanApprovalMiddleware {
             }
         };
         if !self.report(call, outcome) {
-            let refused = PolicyDecision::deny(format!(
+            let refused = ToolVerdict::deny(format!(
                 "the approval outcome callback failed for tool '{}'; the call is refused",
                 call.name
             ));
             return (refused, Some(ApprovalOutcome::Failed));
         }
         let decision = match outcome {
-            ApprovalOutcome::Granted | ApprovalOutcome::Approved => PolicyDecision::Allow,
+            ApprovalOutcome::Granted | ApprovalOutcome::Approved => ToolVerdict::Allow,
             ApprovalOutcome::Deferred | ApprovalOutcome::Refused => {
-                PolicyDecision::defer(format!("tool '{}' requires a person's approval", call.name))
+                ToolVerdict::defer(format!("tool '{}' requires a person's approval", call.name))
             }
-            ApprovalOutcome::Failed => PolicyDecision::deny(format!(
+            ApprovalOutcome::Failed => ToolVerdict::deny(format!(
                 "the approval callback failed for tool '{}'; the call is refused",
                 call.name
             )),
@@ -177,7 +177,7 @@ impl Middleware for HumanApprovalMiddleware {
             ctx.approvals
                 .grant(call.id.clone(), args_hash(&call.arguments));
         }
-        Ok(decision.into_verdict())
+        Ok(decision)
     }
 
     async fn check_nested_tool(

@@ -1,12 +1,13 @@
-//! The decision a policy makes about one call, made in one place and mapped
-//! onto both admission paths: a [`ToolVerdict`] for a model-issued call
-//! (`before_tool`) and admit-or-refuse for a nested call
-//! (`check_nested_tool`), which cannot be deferred.
+//! The one decision vocabulary ([`ToolVerdict`]) and the policy that makes
+//! its decision in one place ([`CallPolicy`]), mapped onto both admission
+//! paths: the verdict itself for a model-issued call (`before_tool`) and
+//! admit-or-refuse for a nested call (`check_nested_tool`), which cannot be
+//! deferred.
 
 use async_trait::async_trait;
 use tinyagents_core::{RunContext, State, TinyAgentsError, ToolCall};
 
-use crate::hooks::{Middleware, ToolVerdict};
+use crate::hooks::Middleware;
 
 /// A policy that decides each tool call in one place. Every `CallPolicy` is
 /// a [`Middleware`] whose `before_tool` and `check_nested_tool` both apply
@@ -17,7 +18,7 @@ pub trait CallPolicy: Send + Sync {
     fn policy_name(&self) -> &str;
 
     /// Decides about one call, model-issued or nested (`call.id.is_nested()`).
-    fn decide(&self, ctx: &RunContext, call: &ToolCall) -> PolicyDecision;
+    fn decide(&self, ctx: &RunContext, call: &ToolCall) -> ToolVerdict;
 }
 
 #[async_trait]
@@ -32,7 +33,7 @@ impl<P: CallPolicy> Middleware for P {
         _state: &State,
         call: &mut ToolCall,
     ) -> Result<ToolVerdict, TinyAgentsError> {
-        Ok(self.decide(ctx, call).into_verdict())
+        Ok(self.decide(ctx, call))
     }
 
     async fn check_nested_tool(
@@ -45,10 +46,13 @@ impl<P: CallPolicy> Middleware for P {
     }
 }
 
-/// What a policy decides about one call, before it is mapped onto the path
-/// the call came by.
+/// What is decided about one call — by a `before_tool` hook, a policy's
+/// one decision function, or the host's security gate. One vocabulary, so
+/// "hold for a person" means the same thing wherever it is said: a
+/// model-issued call defers the run; a nested call, which cannot wait, is
+/// refused with [`nested_approval_reason`].
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum PolicyDecision {
+pub enum ToolVerdict {
     /// Let it run.
     Allow,
     /// Refuse it; the model reads `reason`.
@@ -56,15 +60,15 @@ pub enum PolicyDecision {
         /// Why, for the model.
         reason: String,
     },
-    /// A person must approve it. A model-issued call defers the run; a
-    /// nested call is refused with [`nested_approval_reason`].
+    /// A person must decide (a gate's question, an approval). A model-issued
+    /// call defers the run; a nested call is refused.
     Defer {
         /// Why, for the person.
         reason: String,
     },
 }
 
-impl PolicyDecision {
+impl ToolVerdict {
     /// A refusal.
     pub fn deny(reason: impl Into<String>) -> Self {
         Self::Deny {
@@ -84,14 +88,25 @@ impl PolicyDecision {
         matches!(self, Self::Allow)
     }
 
-    /// The verdict for a model-issued call (`before_tool`).
-    pub fn into_verdict(self) -> ToolVerdict {
+    /// How restrictive the verdict is: deny over defer over allow.
+    pub fn severity(&self) -> u8 {
         match self {
-            Self::Allow => ToolVerdict::Allow,
-            Self::Deny { reason } => ToolVerdict::Deny { reason },
-            Self::Defer { reason } => ToolVerdict::Defer { reason },
+            Self::Allow => 0,
+            Self::Defer { .. } => 1,
+            Self::Deny { .. } => 2,
         }
     }
+
+    /// The more restrictive of two verdicts (the first on a tie).
+    #[must_use]
+    pub fn most_restrictive(self, other: Self) -> Self {
+        if other.severity() > self.severity() {
+            other
+        } else {
+            self
+        }
+    }
+
 
     /// The admission of a nested call (`check_nested_tool`): a denial is
     /// `Denied { by, reason }`, and a deferral, which a nested call cannot
@@ -126,29 +141,29 @@ mod tests {
     #[test]
     fn decisions_map_onto_both_paths() {
         let call = ToolCall::new(CallId::new("p1/1"), "pay", json!({}));
-        assert_eq!(PolicyDecision::Allow.into_verdict(), ToolVerdict::Allow);
-        assert_eq!(PolicyDecision::Allow.into_nested("m", &call), Ok(()));
+        assert_eq!(ToolVerdict::Allow, ToolVerdict::Allow);
+        assert_eq!(ToolVerdict::Allow.into_nested("m", &call), Ok(()));
         assert_eq!(
-            PolicyDecision::deny("no").into_verdict(),
+            ToolVerdict::deny("no"),
             ToolVerdict::Deny {
                 reason: "no".into()
             }
         );
         assert_eq!(
-            PolicyDecision::deny("no").into_nested("m", &call),
+            ToolVerdict::deny("no").into_nested("m", &call),
             Err(TinyAgentsError::Denied {
                 by: "m".into(),
                 reason: "no".into()
             })
         );
         assert_eq!(
-            PolicyDecision::defer("ask").into_verdict(),
+            ToolVerdict::defer("ask"),
             ToolVerdict::Defer {
                 reason: "ask".into()
             }
         );
         assert_eq!(
-            PolicyDecision::defer("ask").into_nested("m", &call),
+            ToolVerdict::defer("ask").into_nested("m", &call),
             Err(TinyAgentsError::Denied {
                 by: "m".into(),
                 reason: "nested call 'pay' requires approval; nested calls cannot be deferred"

@@ -5,6 +5,8 @@ use serde_json::Value;
 use tinyagents_core::{AgentId, CallId, RunContext, RunId, TinyAgentsError};
 use tinytools::ToolSpec;
 
+use crate::decision::ToolVerdict;
+
 /// What a host gate is asked about one call.
 #[derive(Debug, Clone, Copy)]
 pub struct ToolCallRequest<'a> {
@@ -29,24 +31,6 @@ impl ToolCallRequest<'_> {
     }
 }
 
-/// A gate's answer.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum GateDecision {
-    /// Let it run.
-    Allow,
-    /// Refuse it.
-    Deny {
-        /// Why.
-        reason: String,
-    },
-    /// A person must decide. A model-issued call is deferred; a nested call,
-    /// which cannot be prompted for, is refused (fail closed).
-    Ask {
-        /// What to ask.
-        reason: String,
-    },
-}
-
 /// What a gate says about the run's final output.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum OutputVerdict {
@@ -65,11 +49,13 @@ pub enum OutputVerdict {
 /// gate is a denial.
 #[async_trait]
 pub trait SecurityGate: Send + Sync {
-    /// Authorises one tool call.
+    /// Authorises one tool call: `Allow`, `Deny`, or `Defer` to ask a
+    /// person (a deferral for a model-issued call, a refusal for a nested
+    /// one, which cannot be prompted for).
     async fn authorize_tool(
         &self,
         request: &ToolCallRequest<'_>,
-    ) -> Result<GateDecision, TinyAgentsError>;
+    ) -> Result<ToolVerdict, TinyAgentsError>;
 
     /// Screens the run's final output. An error blocks it.
     async fn screen_output(

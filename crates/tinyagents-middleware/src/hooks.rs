@@ -5,43 +5,7 @@ use serde_json::Value;
 use tinyagents_core::{ChatResponse, RunContext, State, TinyAgentsError, ToolCall, ToolResult};
 use tinytools::{ToolRegistry, ToolSpec};
 
-/// What a `before_tool` hook decides about a model-issued call.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ToolVerdict {
-    /// Let it run.
-    Allow,
-    /// Refuse it; the model reads `reason`.
-    Deny {
-        /// Why, for the model.
-        reason: String,
-    },
-    /// Hold it for a person's approval; the run suspends.
-    Defer {
-        /// Why, for the person.
-        reason: String,
-    },
-}
-
-impl ToolVerdict {
-    /// How restrictive the verdict is: deny over defer over allow.
-    pub fn severity(&self) -> u8 {
-        match self {
-            Self::Allow => 0,
-            Self::Defer { .. } => 1,
-            Self::Deny { .. } => 2,
-        }
-    }
-
-    /// The more restrictive of two verdicts (the first on a tie).
-    #[must_use]
-    pub fn most_restrictive(self, other: Self) -> Self {
-        if other.severity() > self.severity() {
-            other
-        } else {
-            self
-        }
-    }
-}
+use crate::decision::ToolVerdict;
 
 /// Hooks around the model and tool calls of a run.
 ///

@@ -10,7 +10,7 @@
 //!   of the final output.
 //!
 //! And the built-ins on those seams. Each policy makes its decision (a
-//! [`PolicyDecision`]) in one function that both `before_tool` and
+//! [`ToolVerdict`]) in one function that both `before_tool` and
 //! `check_nested_tool` use:
 //! - [`ToolAllowlistMiddleware`]: only named tools run;
 //! - [`ToolPolicyMiddleware`]: a deny mask over side-effect classes, a
@@ -58,9 +58,9 @@ pub mod guide {}
 
 pub use allowlist::ToolAllowlistMiddleware;
 pub use approval::{ApprovalFn, ApprovalOutcome, ApprovalOutcomeFn, HumanApprovalMiddleware};
-pub use decision::{CallPolicy, PolicyDecision, nested_approval_reason};
-pub use gate::{GateDecision, OutputVerdict, SecurityGate, ToolCallRequest};
-pub use hooks::{Middleware, ToolVerdict, tool_spec};
+pub use decision::{CallPolicy, ToolVerdict, nested_approval_reason};
+pub use gate::{OutputVerdict, SecurityGate, ToolCallRequest};
+pub use hooks::{Middleware, tool_spec};
 pub use plan_mode::PlanModeMiddleware;
 pub use policy::ToolPolicyMiddleware;
 pub use redact::{REDACTED, Redactor, SecretMatcher};

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use tinyagents_core::{RunContext, ToolCall};
 
-use crate::decision::{CallPolicy, PolicyDecision};
+use crate::decision::{CallPolicy, ToolVerdict};
 use crate::hooks::tool_spec;
 
 /// Lets only read-only tools run while plan mode is on.
@@ -43,11 +43,11 @@ impl CallPolicy for PlanModeMiddleware {
 
     /// The decision about `call`, shared by `before_tool` and
     /// `check_nested_tool`.
-    fn decide(&self, ctx: &RunContext, call: &ToolCall) -> PolicyDecision {
+    fn decide(&self, ctx: &RunContext, call: &ToolCall) -> ToolVerdict {
         if !self.is_enabled() || tool_spec(ctx, &call.name).is_some_and(|spec| spec.read_only) {
-            return PolicyDecision::Allow;
+            return ToolVerdict::Allow;
         }
-        PolicyDecision::deny(format!(
+        ToolVerdict::deny(format!(
             "You are in plan mode: only read-only tools are available, and '{}' is not read-only, so it was not run. \
              Use read-only tools to investigate, then present your plan; the change can be made once plan mode is off.",
             call.name
@@ -58,7 +58,6 @@ impl CallPolicy for PlanModeMiddleware {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::hooks::ToolVerdict;
     use crate::testing::{call, ctx_with, denied_reason, model, nested, spec};
     use serde_json::json;
 

@@ -8,7 +8,7 @@ use std::collections::{HashMap, HashSet};
 use tinyagents_core::{RunContext, ToolCall};
 use tinytools::{SideEffects, ToolSpec};
 
-use crate::decision::{CallPolicy, PolicyDecision};
+use crate::decision::{CallPolicy, ToolVerdict};
 use crate::hooks::tool_spec;
 
 /// How the host classified one tool.
@@ -112,23 +112,23 @@ impl CallPolicy for ToolPolicyMiddleware {
 
     /// The decision about `call`, shared by `before_tool` and
     /// `check_nested_tool`.
-    fn decide(&self, ctx: &RunContext, call: &ToolCall) -> PolicyDecision {
+    fn decide(&self, ctx: &RunContext, call: &ToolCall) -> ToolVerdict {
         let name = &call.name;
         let Some(spec) = tool_spec(ctx, name) else {
-            return PolicyDecision::deny(format!(
+            return ToolVerdict::deny(format!(
                 "tool '{name}' has no spec in this run's registry, so the tool policy cannot classify it and refuses it"
             ));
         };
         let classes = self.classes_of(spec);
         let denied = classes.intersection(self.denied);
         if !denied.is_empty() {
-            return PolicyDecision::deny(format!(
+            return ToolVerdict::deny(format!(
                 "tool '{name}' is refused by the tool policy: side effects not allowed here: {}",
                 denied.names().join(", ")
             ));
         }
         if spec.sandboxed && !self.sandbox_available {
-            return PolicyDecision::deny(format!(
+            return ToolVerdict::deny(format!(
                 "tool '{name}' must run in a sandbox and no sandbox is available here"
             ));
         }
@@ -137,9 +137,9 @@ impl CallPolicy for ToolPolicyMiddleware {
             // A nested id never inherits an approval granted for a call of
             // the same id: only model-issued calls are approved by id.
             if !call.id.is_nested() && ctx.approvals.is_call_approved(call) {
-                return PolicyDecision::Allow;
+                return ToolVerdict::Allow;
             }
-            return PolicyDecision::defer(if gated.is_empty() {
+            return ToolVerdict::defer(if gated.is_empty() {
                 format!("tool '{name}' requires approval")
             } else {
                 format!(
@@ -148,14 +148,13 @@ impl CallPolicy for ToolPolicyMiddleware {
                 )
             });
         }
-        PolicyDecision::Allow
+        ToolVerdict::Allow
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::hooks::ToolVerdict;
     use crate::testing::{call, ctx_with, denied_reason, model, nested, spec};
     use serde_json::json;
     use tinyagents_core::args_hash;

@@ -15,8 +15,8 @@ use async_trait::async_trait;
 use parking_lot::Mutex;
 use tinyagents_core::{RunContext, RunId, State, TinyAgentsError, ToolCall, canonical_json};
 
-use crate::decision::PolicyDecision;
-use crate::hooks::{Middleware, ToolVerdict};
+use crate::decision::ToolVerdict;
+use crate::hooks::Middleware;
 
 /// How many runs' streaks are kept before the least recently used is
 /// forgotten.
@@ -77,9 +77,9 @@ impl RepeatProgressMiddleware {
     /// Counts `call` in its run's streak and decides about it: the one
     /// decision of this middleware. Nested calls are neither counted nor
     /// refused.
-    pub fn decide(&self, ctx: &RunContext, call: &ToolCall) -> PolicyDecision {
+    pub fn decide(&self, ctx: &RunContext, call: &ToolCall) -> ToolVerdict {
         if call.id.is_nested() || ctx.approvals.is_call_approved(call) {
-            return PolicyDecision::Allow;
+            return ToolVerdict::Allow;
         }
         let arguments = match &call.raw_arguments {
             Some(raw) => raw.clone(),
@@ -112,9 +112,9 @@ impl RepeatProgressMiddleware {
             streak.count
         };
         if count < self.limit {
-            return PolicyDecision::Allow;
+            return ToolVerdict::Allow;
         }
-        PolicyDecision::deny(format!(
+        ToolVerdict::deny(format!(
             "refused: this is call {count} in a row of '{}' with the same arguments, and the earlier calls already \
              returned their results. Use those results, change the arguments, or try a different approach.",
             call.name
@@ -144,7 +144,7 @@ impl Middleware for RepeatProgressMiddleware {
         _state: &State,
         call: &mut ToolCall,
     ) -> Result<ToolVerdict, TinyAgentsError> {
-        Ok(self.decide(ctx, call).into_verdict())
+        Ok(self.decide(ctx, call))
     }
 }
 

@@ -10,7 +10,8 @@ use tinyagents_core::{
 };
 use tinytools::{Tool, ToolCallOptions, ToolRegistry, ToolRunContext, ToolSpec};
 
-use crate::hooks::{Middleware, ToolVerdict};
+use crate::decision::ToolVerdict;
+use crate::hooks::Middleware;
 
 /// A tool that answers "ok".
 pub(crate) struct StubTool {

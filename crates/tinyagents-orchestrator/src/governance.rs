@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use tinyagents_core::{Message, RunContext, State, TinyAgentsError, ToolCall};
-use tinyagents_middleware::{CallPolicy, Middleware, PolicyDecision};
+use tinyagents_middleware::{CallPolicy, Middleware, ToolVerdict};
 use tinytools::{SideEffects, Tool};
 
 use crate::definition::{AgentDefinition, ToolPolicy};
@@ -112,13 +112,13 @@ impl CallPolicy for ApprovalHold {
         "agent_tool_policy"
     }
 
-    fn decide(&self, ctx: &RunContext, call: &ToolCall) -> PolicyDecision {
+    fn decide(&self, ctx: &RunContext, call: &ToolCall) -> ToolVerdict {
         if !self.tools.contains(&call.name)
             || (!call.id.is_nested() && ctx.approvals.is_call_approved(call))
         {
-            PolicyDecision::Allow
+            ToolVerdict::Allow
         } else {
-            PolicyDecision::defer(format!(
+            ToolVerdict::defer(format!(
                 "tool '{}' requires approval by the agent's policy",
                 call.name
             ))

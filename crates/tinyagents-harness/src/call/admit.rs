@@ -26,7 +26,7 @@ use tinyagents_core::{
     AgentEvent, CallId, LimitKind, LimitTracker, RunContext, State, TinyAgentsError, ToolCall,
     ToolResult,
 };
-use tinyagents_middleware::{GateDecision, ToolCallRequest, ToolVerdict};
+use tinyagents_middleware::{ToolCallRequest, ToolVerdict};
 use tinytools::{InvalidArgsPolicy, RegisteredTool, prepare_arguments};
 
 use super::contain::contain;
@@ -500,8 +500,8 @@ impl AgentHarness {
             .catch_unwind()
             .await;
         let refusal = match decision {
-            Ok(Ok(GateDecision::Allow)) => return Ok(()),
-            Ok(Ok(GateDecision::Ask { reason })) => match scope {
+            Ok(Ok(ToolVerdict::Allow)) => return Ok(()),
+            Ok(Ok(ToolVerdict::Defer { reason })) => match scope {
                 Scope::Model { ctx, .. } => {
                     if !ctx.approvals.is_call_approved(&a.call) {
                         a.deferred.get_or_insert(reason);
@@ -512,7 +512,7 @@ impl AgentHarness {
                     "{reason} (a nested call cannot be prompted for, so the gate's question is a refusal)"
                 ),
             },
-            Ok(Ok(GateDecision::Deny { reason })) => reason,
+            Ok(Ok(ToolVerdict::Deny { reason })) => reason,
             Ok(Err(error)) => format!("the gate failed: {error}"),
             Err(_) => "the gate panicked".to_owned(),
         };
