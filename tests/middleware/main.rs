@@ -22,11 +22,10 @@ use serde_json::{Value, json};
 use tinyagents::prelude::*;
 use tinyagents::{
     AgentHarnessBuilder, ApprovalDecision, ApprovalFn, ApprovalOutcome, ApprovalOutcomeFn,
-    GateDecision, HumanApprovalMiddleware, LimitKind, ModelToolCall, Next, OutputVerdict,
-    PlanModeMiddleware, RedactionMiddleware, Redactor, RepeatProgressMiddleware, RetryWrap,
-    RunContext, SecretMatcher, SideEffects, State, SuspendedRun, TimeoutWrap,
-    ToolAllowlistMiddleware, ToolCallContext, ToolCallRequest, ToolPolicyMiddleware, ToolReplay,
-    TurnEntry,
+    HumanApprovalMiddleware, LimitKind, ModelToolCall, Next, OutputVerdict, PlanModeMiddleware,
+    RedactionMiddleware, Redactor, RepeatProgressMiddleware, RetryWrap, RunContext, SecretMatcher,
+    SideEffects, State, SuspendedRun, TimeoutWrap, ToolAllowlistMiddleware, ToolCallContext,
+    ToolCallRequest, ToolPolicyMiddleware, ToolReplay, ToolVerdict, TurnEntry,
 };
 use tinyagents_tests::parking_lot_free::Log;
 use tinyagents_tests::*;
@@ -367,7 +366,7 @@ impl SecurityGate for Gate {
     async fn authorize_tool(
         &self,
         request: &ToolCallRequest<'_>,
-    ) -> Result<GateDecision, TinyAgentsError> {
+    ) -> Result<ToolVerdict, TinyAgentsError> {
         self.asked.push(format!(
             "{} {} nested={} agent={} args={}",
             request.call_id,
@@ -377,14 +376,14 @@ impl SecurityGate for Gate {
             request.arguments
         ));
         if request.spec.name != self.target {
-            return Ok(GateDecision::Allow);
+            return Ok(ToolVerdict::Allow);
         }
         match self.mode {
-            GateMode::Allow => Ok(GateDecision::Allow),
-            GateMode::Deny => Ok(GateDecision::Deny {
+            GateMode::Allow => Ok(ToolVerdict::Allow),
+            GateMode::Deny => Ok(ToolVerdict::Deny {
                 reason: "not on weekends".into(),
             }),
-            GateMode::Ask => Ok(GateDecision::Ask {
+            GateMode::Ask => Ok(ToolVerdict::Defer {
                 reason: "ask the on-call engineer".into(),
             }),
             GateMode::Fail => Err(TinyAgentsError::State("policy store unreachable".into())),

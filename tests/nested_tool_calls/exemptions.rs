@@ -1,6 +1,7 @@
 //! NT-33..NT-38: what does not apply to nested calls.
 
 use super::*;
+use tinyagents::REDACTED;
 
 /// A middleware that, in `before_tool` of the first model call, grants
 /// approvals by id: one for the nested id `p1/1` and one for the model id
@@ -135,11 +136,14 @@ async fn nt_34_the_repeat_guard_does_not_see_nested_calls() {
     assert_eq!(search.ids(), ["p1/1", "p1/2", "p1/3", "p2"]);
 }
 
-/// rule NT-34: redaction middleware does not run on nested calls: with
-/// `tool_io` capture their arguments and results reach their events
-/// unscrubbed, while the model-issued call's are scrubbed.
+/// rule NT-34: redaction middleware's `after_tool` does not run on nested
+/// calls, so what a nested call returns to its calling tool is not scrubbed;
+/// but since the one call path (issue 10) every payload of every call is
+/// redacted before it reaches an event, so under `tool_io` capture the
+/// nested call's arguments and result are scrubbed on their events like the
+/// model-issued call's.
 #[tokio::test]
-async fn nt_34_redaction_does_not_scrub_nested_calls() {
+async fn nt_34_redaction_scrubs_nested_events_but_not_what_the_caller_receives() {
     const SECRET: &str = "hunter2-corp";
     let node = Node::plain();
     let echo = scripted(safe("echo"), |call| async move {
@@ -180,13 +184,13 @@ async fn nt_34_redaction_does_not_scrub_nested_calls() {
     );
     assert_eq!(
         started("p1/1"),
-        json!({"tag": SECRET}),
-        "the nested call is not"
+        json!({"tag": REDACTED}),
+        "the nested call's arguments are redacted on its event"
     );
     let AgentEvent::ToolCompleted { result, .. } = terminal(&events, "p1/1") else {
         panic!()
     };
-    assert_eq!(result.as_deref(), Some(SECRET));
+    assert_eq!(result.as_deref(), Some(REDACTED), "and so is its result");
     assert_eq!(
         node.ok("p1", 0).content,
         SECRET,
@@ -196,14 +200,16 @@ async fn nt_34_redaction_does_not_scrub_nested_calls() {
         !answer(&run, "p1").0.contains(SECRET),
         "the parent's own result is scrubbed"
     );
+    let all = serde_json::to_string(&events).unwrap();
+    assert!(!all.contains(SECRET), "no event holds the secret: {all}");
 }
 
 /// rule NT-35: with `tool_io` capture, a nested call's arguments reach its
-/// `ToolStarted` and `ToolCompleted` events unredacted (even a key the
-/// redactor treats as sensitive); without capture, no arguments ride on
-/// events.
+/// `ToolStarted` event and its result its `ToolCompleted` (redacted, like
+/// every payload since issue 10: a key the redactor treats as sensitive is
+/// scrubbed); without capture, no arguments or results ride on events.
 #[tokio::test]
-async fn nt_35_nested_arguments_reach_events_unredacted_under_tool_io() {
+async fn nt_35_nested_arguments_reach_events_only_under_tool_io_and_redacted() {
     for capture in [PayloadCapture::default(), PayloadCapture::all()] {
         let node = Node::plain();
         let args = json!({"password": "s3cret", "user": "ann"});
@@ -223,12 +229,15 @@ async fn nt_35_nested_arguments_reach_events_unredacted_under_tool_io() {
             },
         );
         let (_, events) = run_checked(&harness).await;
+        let redacted = json!({"password": REDACTED, "user": "ann"});
+        let mut seen = 0;
         for event in &events {
             match event {
                 AgentEvent::ToolStarted {
                     call_id, arguments, ..
                 } if call_id.as_str() == "p1/1" => {
-                    assert_eq!(arguments.as_ref(), capture.tool_io.then_some(&args));
+                    seen += 1;
+                    assert_eq!(arguments.as_ref(), capture.tool_io.then_some(&redacted));
                 }
                 AgentEvent::ToolStarted {
                     call_id, arguments, ..
@@ -242,11 +251,22 @@ async fn nt_35_nested_arguments_reach_events_unredacted_under_tool_io() {
                 AgentEvent::ToolCompleted {
                     call_id, result, ..
                 } if call_id.as_str() == "p1/1" => {
+                    seen += 1;
                     assert_eq!(result.is_some(), capture.tool_io);
                 }
                 _ => {}
             }
         }
+        assert_eq!(seen, 2, "the nested call's start and end were checked");
+        let nested: Vec<&AgentEvent> = events
+            .iter()
+            .filter(|e| e.call_id().is_some_and(|id| id.as_str() == "p1/1"))
+            .collect();
+        let nested = serde_json::to_string(&nested).unwrap();
+        assert!(
+            !nested.contains("s3cret"),
+            "no nested event holds it: {nested}"
+        );
     }
 }
 

@@ -148,7 +148,7 @@ impl SecurityGate for Gate {
     async fn authorize_tool(
         &self,
         request: &ToolCallRequest<'_>,
-    ) -> Result<GateDecision, TinyAgentsError> {
+    ) -> Result<ToolVerdict, TinyAgentsError> {
         self.log.push(format!(
             "gate {} {} parent={} nested={}",
             request.call_id,
@@ -159,14 +159,14 @@ impl SecurityGate for Gate {
             request.is_nested()
         ));
         if request.spec.name != self.target {
-            return Ok(GateDecision::Allow);
+            return Ok(ToolVerdict::Allow);
         }
         match self.answer {
-            Answer::Allow => Ok(GateDecision::Allow),
-            Answer::Deny => Ok(GateDecision::Deny {
+            Answer::Allow => Ok(ToolVerdict::Allow),
+            Answer::Deny => Ok(ToolVerdict::Deny {
                 reason: "not on weekends".into(),
             }),
-            Answer::Ask => Ok(GateDecision::Ask {
+            Answer::Ask => Ok(ToolVerdict::Defer {
                 reason: "ask the on-call engineer".into(),
             }),
             Answer::Fail => Err(TinyAgentsError::State("policy store unreachable".into())),

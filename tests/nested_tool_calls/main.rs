@@ -31,10 +31,10 @@ use tinyagents::InvalidArgsPolicy;
 use tinyagents::prelude::*;
 use tinyagents::{
     AgentHarnessBuilder, ApprovalFn, ApprovalOutcome, ApprovalOutcomeFn, CallId, CancellationToken,
-    GateDecision, HumanApprovalMiddleware, LimitKind, LimitTracker, Next, OutputVerdict,
-    PlanModeMiddleware, RedactionMiddleware, Redactor, RepeatProgressMiddleware, RunContext, RunId,
-    SideEffects, State, ToolAllowlistMiddleware, ToolCallContext, ToolCallRequest,
-    ToolExecutionContext, ToolPolicyMiddleware, ToolRegistry, args_hash, tinytools,
+    HumanApprovalMiddleware, LimitKind, LimitTracker, Next, OutputVerdict, PlanModeMiddleware,
+    RedactionMiddleware, Redactor, RepeatProgressMiddleware, RunContext, RunId, SideEffects, State,
+    ToolAllowlistMiddleware, ToolCallContext, ToolCallRequest, ToolExecutionContext,
+    ToolPolicyMiddleware, ToolRegistry, ToolVerdict, args_hash, tinytools,
 };
 use tinyagents_tests::parking_lot_free::Log;
 use tinyagents_tests::*;

@@ -107,7 +107,6 @@ impl ToolVerdict {
         }
     }
 
-
     /// The admission of a nested call (`check_nested_tool`): a denial is
     /// `Denied { by, reason }`, and a deferral, which a nested call cannot
     /// wait for, is `Denied` with [`nested_approval_reason`].

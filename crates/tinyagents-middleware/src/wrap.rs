@@ -99,10 +99,7 @@ impl<'a> Next<'a> {
                     Ok(result) => result,
                     Err(panic) => Err(TinyAgentsError::Denied {
                         by: layer.name().to_owned(),
-                        reason: format!(
-                            "the wrap layer panicked: {}",
-                            panic_text(panic.as_ref())
-                        ),
+                        reason: format!("the wrap layer panicked: {}", panic_text(panic.as_ref())),
                     }),
                 }
             }

@@ -98,7 +98,9 @@ pub struct ToolRunContext {
     progress: Option<ProgressSink>,
     extension: Option<Arc<dyn Any + Send + Sync>>,
     idempotency_key: Option<IdempotencyKey>,
-    workspaces: Arc<[std::path::PathBuf]>,
+    /// `None` for none: most calls have no workspace, and an empty
+    /// `Arc<[_]>` still allocates.
+    workspaces: Option<Arc<[std::path::PathBuf]>>,
 }
 
 impl fmt::Debug for ToolRunContext {
@@ -123,7 +125,7 @@ impl ToolRunContext {
             progress: None,
             extension: None,
             idempotency_key: None,
-            workspaces: Arc::from(Vec::new()),
+            workspaces: None,
         }
     }
 
@@ -159,7 +161,7 @@ impl ToolRunContext {
     /// Sets the directories the tool may touch.
     #[must_use]
     pub fn with_workspaces(mut self, workspaces: Arc<[std::path::PathBuf]>) -> Self {
-        self.workspaces = workspaces;
+        self.workspaces = Some(workspaces);
         self
     }
 
@@ -195,7 +197,7 @@ impl ToolRunContext {
 
     /// The directories the tool may touch; empty when the host set none.
     pub fn workspaces(&self) -> &[std::path::PathBuf] {
-        &self.workspaces
+        self.workspaces.as_deref().unwrap_or_default()
     }
 
     /// Reports progress. Best effort: progress is dropped when nobody

@@ -34,10 +34,7 @@ impl Run<'_> {
     /// Runs the admitted calls of a turn. The result has one entry per slot;
     /// `None` for slots that are not admitted calls, and for admitted calls
     /// that never started because the run was cancelled.
-    pub(crate) async fn execute_turn(
-        &self,
-        slots: &mut [Slot<'_>],
-    ) -> Vec<Option<CallOutcome>> {
+    pub(crate) async fn execute_turn(&self, slots: &mut [Slot<'_>]) -> Vec<Option<CallOutcome>> {
         let mut outcomes: Vec<Option<CallOutcome>> = slots.iter().map(|_| None).collect();
         let mut runnable: Vec<Runnable<'_>> = slots
             .iter_mut()
@@ -51,9 +48,8 @@ impl Run<'_> {
                 _ => None,
             })
             .collect();
-        let mut nested = (self.ctx.limits.max_nested_depth() > 0).then(|| {
-            NestedRunner::new(self.events.clone(), self.ctx.cancellation().clone())
-        });
+        let mut nested = (self.ctx.limits.max_nested_depth() > 0)
+            .then(|| NestedRunner::new(self.events.clone(), self.ctx.cancellation().clone()));
         let harness = self.harness;
         let mut start = 0;
         while start < runnable.len() && !self.ctx.is_cancelled() {

@@ -43,7 +43,9 @@ impl<'h> Run<'h> {
         let redaction = self.events.redaction();
         for slot in slots.iter_mut() {
             if let Slot::Run {
-                call, args_hash: hash, ..
+                call,
+                args_hash: hash,
+                ..
             } = slot
             {
                 *hash = Some(args_hash(&redaction.copy(&call.arguments)));
@@ -163,7 +165,12 @@ impl AgentHarness {
         let Some(ledger) = &self.ledger else {
             return;
         };
-        if let Err(error) = guarded("record_settled", ledger.record_settled(&ctx.run_id, call_id, &outcome)).await {
+        if let Err(error) = guarded(
+            "record_settled",
+            ledger.record_settled(&ctx.run_id, call_id, &outcome),
+        )
+        .await
+        {
             events
                 .sink()
                 .emit(|| AgentEvent::Warning {
@@ -172,7 +179,6 @@ impl AgentHarness {
                 .await;
         }
     }
-
 }
 
 impl<'h> Run<'h> {
@@ -201,7 +207,7 @@ impl<'h> Run<'h> {
                 ledger.save_checkpoint(&ctx.run_id, u64::from(state.turn), bytes),
             )
             .await
-                .map_err(|e| e.to_string()),
+            .map_err(|e| e.to_string()),
             Err(error) => Err(error.to_string()),
         };
         if let Err(error) = written {
@@ -251,7 +257,12 @@ impl<'h> Run<'h> {
                 call.id
             );
             harness
-                .settle_row(&self.ctx, &self.events, &call.id, Outcome::Interrupted(text.clone()))
+                .settle_row(
+                    &self.ctx,
+                    &self.events,
+                    &call.id,
+                    Outcome::Interrupted(text.clone()),
+                )
                 .await;
             let refusal = TinyAgentsError::tool_failed(call.name.clone(), text);
             return self.refused_slot(call, &refusal).await;
@@ -321,10 +332,9 @@ impl AgentHarness {
             .unwrap_or(0);
         state.calls_issued = state.calls_issued.max(highest);
         let open_calls = match state.messages.last() {
-            Some(Message::Assistant {
-                tool_calls,
-                ..
-            }) if !tool_calls.is_empty() => Some(tool_calls.clone()),
+            Some(Message::Assistant { tool_calls, .. }) if !tool_calls.is_empty() => {
+                Some(tool_calls.clone())
+            }
             _ => None,
         };
         let mut run = self.open(ctx, state, events);

@@ -122,12 +122,7 @@ impl AgentHarness {
     }
 
     /// Opens a run segment over a prepared context and state.
-    pub(crate) fn open<'h>(
-        &'h self,
-        ctx: RunContext,
-        state: State,
-        events: &EventSink,
-    ) -> Run<'h> {
+    pub(crate) fn open<'h>(&'h self, ctx: RunContext, state: State, events: &EventSink) -> Run<'h> {
         let shared = Arc::new(RunShared {
             run_id: ctx.run_id.clone(),
             agent_id: ctx.agent_id.clone(),
@@ -220,7 +215,11 @@ impl Run<'_> {
                 let hook = middleware.after_model(&mut self.ctx, &self.state, &mut response);
                 contain(middleware.name(), hook).await?;
             }
-            let token_limit = self.ctx.tracker().record_tokens(response.usage.total()).err();
+            let token_limit = self
+                .ctx
+                .tracker()
+                .record_tokens(response.usage.total())
+                .err();
             self.state.usage += response.usage;
             if response.tool_calls.is_empty() {
                 let text = self.screen_output(&response.content).await?;
@@ -389,7 +388,11 @@ impl Run<'_> {
     }
 
     async fn finish_with_last_text(&mut self, status: RunStatus) -> AgentRun {
-        let text = self.state.last_assistant_text().unwrap_or_default().to_owned();
+        let text = self
+            .state
+            .last_assistant_text()
+            .unwrap_or_default()
+            .to_owned();
         self.finish(status, text).await
     }
 

@@ -45,10 +45,7 @@ impl Run<'_> {
         };
         let admitted = match admission {
             Some(Admission::Run(admitted)) => admitted,
-            Some(
-                Admission::Refused(_, error)
-                | Admission::Fatal(_, error),
-            ) => {
+            Some(Admission::Refused(_, error) | Admission::Fatal(_, error)) => {
                 runner
                     .end_failed(&id, 0, NestedStatus::Failed, &error.to_string())
                     .await;
@@ -113,23 +110,27 @@ impl Run<'_> {
             return;
         };
         if !replayed {
-            harness
-                .record(&self.ctx, &self.events, &id, &outcome)
-                .await;
+            harness.record(&self.ctx, &self.events, &id, &outcome).await;
         }
         let scope = SettleScope::Nested {
             ctx: &self.ctx,
             state: &self.state,
             runner,
         };
-        match harness.settle(scope, &self.events, &settled_call, outcome).await {
+        match harness
+            .settle(scope, &self.events, &settled_call, outcome)
+            .await
+        {
             Settlement::Answered { result, error } => {
                 let _ = reply.send(error.map_or(Ok(result), Err));
             }
             // Its parent settled first and claimed its end.
             Settlement::Claimed => {}
             Settlement::Deferred(reason) => {
-                let _ = reply.send(Err(TinyAgentsError::ApprovalRequired { tool: name, reason }));
+                let _ = reply.send(Err(TinyAgentsError::ApprovalRequired {
+                    tool: name,
+                    reason,
+                }));
             }
         }
     }

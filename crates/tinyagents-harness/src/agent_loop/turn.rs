@@ -176,7 +176,10 @@ impl<'h> Run<'h> {
         for (slot, outcome) in slots.into_iter().zip(outcomes) {
             match slot {
                 Slot::Run { call, entry, .. } => match outcome {
-                    Some(outcome) => self.settle_call(call, Some(entry), outcome, &mut fold).await,
+                    Some(outcome) => {
+                        self.settle_call(call, Some(entry), outcome, &mut fold)
+                            .await
+                    }
                     None => {
                         let text =
                             format!("tool '{}' was not run: the run was cancelled", call.name);
@@ -240,7 +243,11 @@ impl<'h> Run<'h> {
             ctx: &mut self.ctx,
             state: &self.state,
         };
-        let (mut result, error) = match self.harness.settle(scope, &self.events, &call, outcome).await {
+        let (mut result, error) = match self
+            .harness
+            .settle(scope, &self.events, &call, outcome)
+            .await
+        {
             Settlement::Answered { result, error } => (result, error),
             Settlement::Deferred(reason) => {
                 fold.suspended = true;

@@ -31,8 +31,8 @@ use tinytools::{InvalidArgsPolicy, RegisteredTool, prepare_arguments};
 
 use super::contain::contain;
 use super::emit::ToolEvents;
-use crate::agent_loop::nested::{Hold, HoldKind, NestedRunner, QuotaCharge, REFUSAL_CAP};
 use crate::agent_loop::Start;
+use crate::agent_loop::nested::{Hold, HoldKind, NestedRunner, QuotaCharge, REFUSAL_CAP};
 use crate::harness::AgentHarness;
 
 /// Where a call comes from, with what its admission may borrow.
@@ -215,10 +215,7 @@ impl AgentHarness {
             if !applies || (spent && stage == Stage::Budget) {
                 continue;
             }
-            if let Err(stop) = self
-                .stage(stage, &mut scope, events, &mut admitting)
-                .await
-            {
+            if let Err(stop) = self.stage(stage, &mut scope, events, &mut admitting).await {
                 if let Some(charge) = admitting.charge.take() {
                     charge.keep();
                 }
@@ -294,14 +291,19 @@ impl AgentHarness {
             }
             Stage::Bounds => self.bounds(scope, &a.call).map_err(Stop::Refuse),
             Stage::Budget => match scope {
-                Scope::Model { ctx, .. } => ctx.tracker().try_reserve_tool_call().map_err(Stop::Refuse),
+                Scope::Model { ctx, .. } => {
+                    ctx.tracker().try_reserve_tool_call().map_err(Stop::Refuse)
+                }
                 Scope::Nested { ctx, .. } => match NestedSlot::reserve(ctx.tracker()) {
                     Ok(slot) => {
                         a.slot = Some(slot);
                         Ok(())
                     }
                     Err(limit) => {
-                        if let TinyAgentsError::LimitExceeded { limit: value, used, .. } = &limit {
+                        if let TinyAgentsError::LimitExceeded {
+                            limit: value, used, ..
+                        } = &limit
+                        {
                             events
                                 .sink()
                                 .emit(|| AgentEvent::LimitReached {
@@ -332,7 +334,9 @@ impl AgentHarness {
                         a.call.raw_arguments = None;
                         Ok(())
                     }
-                    Err(error) if self.invalid_args == InvalidArgsPolicy::Fail && !scope.is_nested() => {
+                    Err(error)
+                        if self.invalid_args == InvalidArgsPolicy::Fail && !scope.is_nested() =>
+                    {
                         Err(Stop::Fatal(error.into()))
                     }
                     Err(error) => Err(Stop::Refuse(error.into())),
@@ -345,9 +349,11 @@ impl AgentHarness {
                     return Ok(());
                 }
                 match scope {
-                    Scope::Nested { .. } => Err(Stop::Refuse(TinyAgentsError::NestedApprovalRequired {
-                        tool: a.call.name.clone(),
-                    })),
+                    Scope::Nested { .. } => {
+                        Err(Stop::Refuse(TinyAgentsError::NestedApprovalRequired {
+                            tool: a.call.name.clone(),
+                        }))
+                    }
                     // Fail closed: a flagged tool runs only on an approval
                     // (a person's, or a middleware that decides approvals).
                     Scope::Model { ctx, .. } => {

@@ -65,7 +65,13 @@ impl ToolEvents {
 
     /// `ToolStarted` for a nested call known by its parts (its request has
     /// not been made a `ToolCall` yet).
-    pub(crate) async fn started_nested(&self, id: &CallId, parent: &CallId, name: &str, arguments: &Value) {
+    pub(crate) async fn started_nested(
+        &self,
+        id: &CallId,
+        parent: &CallId,
+        name: &str,
+        arguments: &Value,
+    ) {
         if !self.is_active() {
             return;
         }
@@ -81,7 +87,13 @@ impl ToolEvents {
     }
 
     /// `ToolCompleted` for a call that produced `result`.
-    pub(crate) async fn completed(&self, id: &CallId, name: &str, duration_ms: u64, result: &ToolResult) {
+    pub(crate) async fn completed(
+        &self,
+        id: &CallId,
+        name: &str,
+        duration_ms: u64,
+        result: &ToolResult,
+    ) {
         if !self.is_active() {
             return;
         }

@@ -98,7 +98,9 @@ impl AgentHarness {
                     let text = format!(
                         "tool '{tool}' requires approval: {reason}; the run waits for a decision"
                     );
-                    events.failed(&call.id, &call.name, duration_ms, &text).await;
+                    events
+                        .failed(&call.id, &call.name, duration_ms, &text)
+                        .await;
                     return Settlement::Deferred(reason);
                 }
                 SettleScope::Nested { .. } => {
