@@ -35,7 +35,8 @@ struct Workload {
 impl Workload {
     fn label(&self) -> String {
         match self.name.as_str() {
-            "floor" => "floor (validate + from_value + add)".to_owned(),
+            "floor" => "floor (is_valid + from_value + add)".to_owned(),
+            "floor-registry" => "floor with RegisteredTool::validate".to_owned(),
             "stack" => format!("seq {} + 10 middlewares", self.n),
             name => format!("{name} {}", self.n),
         }
@@ -46,6 +47,7 @@ impl Workload {
 fn default_workloads() -> Vec<Workload> {
     [
         ("floor", 1000),
+        ("floor-registry", 1000),
         ("seq", 400),
         ("par", 1000),
         ("nested", 1000),
@@ -59,7 +61,7 @@ fn default_workloads() -> Vec<Workload> {
     .collect()
 }
 
-const KNOWN: [&str; 5] = ["floor", "seq", "par", "nested", "stack"];
+const KNOWN: [&str; 6] = ["floor", "floor-registry", "seq", "par", "nested", "stack"];
 
 /// Parses `WORKLOAD[=N]...`; the floor is always measured.
 fn parse_workloads(args: &[String]) -> Result<Vec<Workload>, String> {
@@ -434,7 +436,12 @@ fn render(rows: &[Row]) -> String {
     }
     let find = |name: &str| rows.iter().find(|r| r.name == name);
     let mark = |ok: bool| if ok { "pass" } else { "MISS" };
-    let _ = writeln!(out, "\ntargets:");
+    if ["seq", "par", "nested"]
+        .into_iter()
+        .any(|name| find(name).is_some())
+    {
+        let _ = writeln!(out, "\ntargets:");
+    }
     if let Some(seq) = find("seq") {
         let _ = writeln!(
             out,

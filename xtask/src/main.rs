@@ -29,9 +29,10 @@ commands:
                  tool call of the agent-loop workloads, beside the floor (the
                  argument check, parse and tool no harness can avoid); each
                  workload runs with N and 2N calls and the difference is
-                 divided by N. Workloads: floor (1000), seq (400), par (1000),
-                 nested (1000), stack (400: seq with 10 middlewares). Needs
-                 valgrind (or VALGRIND=/path/to/valgrind)
+                 divided by N. Workloads: floor (1000), floor-registry
+                 (1000: the floor checking with RegisteredTool::validate),
+                 seq (400), par (1000), nested (1000), stack (400: seq with
+                 10 middlewares). Needs valgrind (or VALGRIND=/path/to/it)
   help           this text";
 
 /// cargo-deny release known to build with the pinned toolchain (1.95).

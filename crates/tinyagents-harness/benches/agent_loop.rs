@@ -13,8 +13,10 @@
 //! without warm-up or timing, for `cargo xtask bench --instructions` to run
 //! under valgrind. Its workloads: `seq`, `par`, `nested`, `stack` (as
 //! above) and `floor`: `n` times, build `{"a": i, "b": 2}`, validate it
-//! against the add tool's compiled schema, `serde_json::from_value` it into
-//! the typed arguments and await the async add: the work a call cannot avoid.
+//! against the add tool's compiled schema (`jsonschema`'s `is_valid`),
+//! `serde_json::from_value` it into the typed arguments and await the async
+//! add: the work a call cannot avoid. `floor-registry` is the same with the
+//! registry's `RegisteredTool::validate` (what the loop calls) as the check.
 #![allow(clippy::print_stdout, missing_docs)] // a benchmark prints its figures
 
 use std::sync::Arc;
@@ -213,21 +215,31 @@ fn add_tool() -> impl tinytools::Tool {
     FnTool::new("add", "Adds two integers.", add).map_spec(tinytools::ToolSpec::read_only)
 }
 
-/// The floor: the per-call work no harness can avoid, `n` times.
-async fn floor(n: usize) {
-    let mut registry = tinytools::ToolRegistry::new();
-    registry
+/// The floor: the per-call work no harness can avoid, `n` times: build the
+/// arguments, check them against the add tool's schema (compiled once),
+/// parse them into the typed arguments, await the add. With `registry`,
+/// the check is `RegisteredTool::validate`, the registry's own (which the
+/// loop uses); without, `jsonschema`'s `is_valid`, the cheapest check.
+async fn floor(n: usize, registry: bool) {
+    let mut tools = tinytools::ToolRegistry::new();
+    tools
         .register(Arc::new(add_tool()))
         .unwrap_or_else(|e| panic!("floor registry: {e}"));
-    let entry = registry
+    let entry = tools
         .get("add")
         .unwrap_or_else(|| panic!("floor registry: no add"));
+    let validator = jsonschema::validator_for(&entry.spec().parameters)
+        .unwrap_or_else(|e| panic!("floor schema: {e}"));
     let mut total = 0usize;
     for i in 0..n {
         let args = std::hint::black_box(json!({"a": i, "b": 2}));
-        entry
-            .validate(&args)
-            .unwrap_or_else(|e| panic!("floor validate: {e}"));
+        if registry {
+            entry
+                .validate(&args)
+                .unwrap_or_else(|e| panic!("floor validate: {e}"));
+        } else {
+            assert!(validator.is_valid(&args), "floor validate");
+        }
         let typed: Add = serde_json::from_value(args).unwrap_or_else(|e| panic!("floor args: {e}"));
         let sum = add(typed)
             .await
@@ -243,16 +255,18 @@ async fn floor(n: usize) {
 fn instr(rt: &tokio::runtime::Runtime, workload: &str, n: usize) {
     let calls = u32::try_from(n).unwrap_or_else(|_| panic!("--instr: n too large"));
     let (h, expected) = match workload {
-        "floor" => {
-            rt.block_on(floor(n));
-            println!("instr floor {n}");
+        "floor" | "floor-registry" => {
+            rt.block_on(floor(n, workload == "floor-registry"));
+            println!("instr {workload} {n}");
             return;
         }
         "seq" => (harness(sequential_model(n), calls, false), n),
         "stack" => (harness(sequential_model(n), calls, true), n),
         "par" => (harness(parallel_model(n), calls, false), n),
         "nested" => (nested_harness(calls), n + 1),
-        other => panic!("--instr: unknown workload `{other}` (floor, seq, stack, par, nested)"),
+        other => panic!(
+            "--instr: unknown workload `{other}` (floor, floor-registry, seq, stack, par, nested)"
+        ),
     };
     let run = rt
         .block_on(h.run("go"))
