@@ -6,6 +6,8 @@
 // A command-line tool: printing to stdout is its job.
 #![allow(clippy::print_stdout)]
 
+mod instr;
+
 use std::env;
 use std::ffi::OsString;
 use std::fmt;
@@ -22,6 +24,15 @@ commands:
                  naming steps runs only those (`cargo xtask ci clippy tests`)
   bench [ARGS]   cargo bench --workspace over the bench targets; ARGS are
                  passed to cargo bench (after `--`: to the bench binaries)
+  bench --instructions [WORKLOAD[=N]...]
+                 instructions (callgrind) and heap allocations (memcheck) per
+                 tool call of the agent-loop workloads, beside the floor (the
+                 argument check, parse and tool no harness can avoid); each
+                 workload runs with N and 2N calls and the difference is
+                 divided by N. Workloads: floor (1000), floor-registry
+                 (1000: the floor checking with RegisteredTool::validate),
+                 seq (400), par (1000), nested (1000), stack (400: seq with
+                 10 middlewares). Needs valgrind (or VALGRIND=/path/to/it)
   help           this text";
 
 /// cargo-deny release known to build with the pinned toolchain (1.95).
@@ -63,6 +74,28 @@ fn cargo_program() -> OsString {
     env::var_os("CARGO").unwrap_or_else(|| "cargo".into())
 }
 
+/// `cargo`, run from the workspace root, without the variables `cargo run`
+/// set for the xtask itself (`CARGO_PKG_NAME`, `CARGO_MANIFEST_DIR`, …):
+/// build scripts that watch them (ring's) would otherwise see them change
+/// between a build started here and one started by hand, and rebuild.
+fn cargo_command() -> Command {
+    let mut cmd = Command::new(cargo_program());
+    for (key, _) in env::vars_os() {
+        let name = key.to_string_lossy();
+        if name.starts_with("CARGO_PKG_")
+            || name.starts_with("CARGO_MANIFEST_")
+            || matches!(
+                &*name,
+                "CARGO_CRATE_NAME" | "CARGO_BIN_NAME" | "CARGO_PRIMARY_PACKAGE"
+            )
+        {
+            cmd.env_remove(&key);
+        }
+    }
+    cmd.current_dir(root());
+    cmd
+}
+
 /// One command line, printable as a user would type it.
 struct Cmd {
     envs: Vec<(&'static str, String)>,
@@ -89,10 +122,9 @@ impl Cmd {
 
     /// Runs to completion with inherited stdio; `Err` says what went wrong.
     fn run(&self) -> Result<(), String> {
-        let status = Command::new(cargo_program())
+        let status = cargo_command()
             .args(&self.args)
             .envs(self.envs.iter().map(|(k, v)| (k, v)))
-            .current_dir(root())
             .status()
             .map_err(|e| format!("`{self}` could not start: {e}"))?;
         if status.success() {
@@ -104,9 +136,8 @@ impl Cmd {
 
     /// Runs silently; true when it exits 0 (used to probe for tools).
     fn succeeds_quietly(&self) -> bool {
-        Command::new(cargo_program())
+        cargo_command()
             .args(&self.args)
-            .current_dir(root())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .status()
@@ -303,6 +334,11 @@ fn ci(only: &[String]) -> ExitCode {
 /// `cargo bench --workspace` over the bench targets (`harness = false`
 /// binaries that print their own figures).
 fn bench(extra: &[String]) -> ExitCode {
+    if let Some(at) = extra.iter().position(|a| a == "--instructions") {
+        let mut rest = extra.to_vec();
+        rest.remove(at);
+        return instr::instructions(&rest);
+    }
     if !has_bench_targets() {
         println!("xtask bench: the workspace has no bench targets yet; nothing to run");
         return ExitCode::SUCCESS;
@@ -330,9 +366,8 @@ fn bench(extra: &[String]) -> ExitCode {
 
 /// Whether any workspace member has a `[[bench]]` target.
 fn has_bench_targets() -> bool {
-    let output = Command::new(cargo_program())
+    let output = cargo_command()
         .args(["metadata", "--format-version", "1", "--no-deps"])
-        .current_dir(root())
         .output();
     match output {
         Ok(out) if out.status.success() => {

@@ -8,6 +8,15 @@
 //!   pass-through wraps.
 //! - `nested N`: one model-issued call whose tool makes N nested `add`
 //!   calls through `ToolExecutionContext::call_tool`, one after another.
+//!
+//! `agent_loop --instr <workload> <n>` runs one workload of `n` calls once,
+//! without warm-up or timing, for `cargo xtask bench --instructions` to run
+//! under valgrind. Its workloads: `seq`, `par`, `nested`, `stack` (as
+//! above) and `floor`: `n` times, build `{"a": i, "b": 2}`, validate it
+//! against the add tool's compiled schema (`jsonschema`'s `is_valid`),
+//! `serde_json::from_value` it into the typed arguments and await the async
+//! add: the work a call cannot avoid. `floor-registry` is the same with the
+//! registry's `RegisteredTool::validate` (what the loop calls) as the check.
 #![allow(clippy::print_stdout, missing_docs)] // a benchmark prints its figures
 
 use std::sync::Arc;
@@ -89,10 +98,6 @@ fn nested_harness(n: u32) -> AgentHarness {
             ChatResponse::text("done")
         })
     });
-    let add = FnTool::new("add", "Adds two integers.", |args: Add| async move {
-        anyhow::Ok((args.a + args.b).to_string())
-    })
-    .map_spec(tinytools::ToolSpec::read_only);
     let fanout = Fanout {
         spec: tinytools::ToolSpec::new("fanout", "Calls add n times.", json!({"type": "object"})),
     };
@@ -101,7 +106,7 @@ fn nested_harness(n: u32) -> AgentHarness {
         .with_max_nested_depth(1);
     AgentHarness::builder(Arc::new(model))
         .limits(limits)
-        .tool(add)
+        .tool(add_tool())
         .and_then(|b| b.tool(fanout))
         .and_then(|b| b.build())
         .unwrap_or_else(|e| panic!("bench harness: {e}"))
@@ -140,10 +145,6 @@ fn parallel_model(calls: usize) -> ScriptedModel {
 }
 
 fn harness(model: ScriptedModel, calls: u32, stack: bool) -> AgentHarness {
-    let add = FnTool::new("add", "Adds two integers.", |args: Add| async move {
-        anyhow::Ok((args.a + args.b).to_string())
-    })
-    .map_spec(tinytools::ToolSpec::read_only);
     let limits = RunLimits::default()
         .with_max_model_calls(calls + 2)
         .with_max_tool_calls(calls)
@@ -157,7 +158,7 @@ fn harness(model: ScriptedModel, calls: u32, stack: bool) -> AgentHarness {
         }
     }
     builder
-        .tool(add)
+        .tool(add_tool())
         .and_then(|b| b.build())
         .unwrap_or_else(|e| panic!("bench harness: {e}"))
 }
@@ -204,11 +205,92 @@ fn report(label: &str, (median, p10, p90): (f64, f64, f64), runs: usize) -> f64 
     median
 }
 
+/// The async add every workload's tool runs.
+async fn add(args: Add) -> anyhow::Result<String> {
+    anyhow::Ok((args.a + args.b).to_string())
+}
+
+/// The read-only `add(a, b)` tool of every workload.
+fn add_tool() -> impl tinytools::Tool {
+    FnTool::new("add", "Adds two integers.", add).map_spec(tinytools::ToolSpec::read_only)
+}
+
+/// The floor: the per-call work no harness can avoid, `n` times: build the
+/// arguments, check them against the add tool's schema (compiled once),
+/// parse them into the typed arguments, await the add. With `registry`,
+/// the check is `RegisteredTool::validate`, the registry's own (which the
+/// loop uses); without, `jsonschema`'s `is_valid`, the cheapest check.
+async fn floor(n: usize, registry: bool) {
+    let mut tools = tinytools::ToolRegistry::new();
+    tools
+        .register(Arc::new(add_tool()))
+        .unwrap_or_else(|e| panic!("floor registry: {e}"));
+    let entry = tools
+        .get("add")
+        .unwrap_or_else(|| panic!("floor registry: no add"));
+    let validator = jsonschema::validator_for(&entry.spec().parameters)
+        .unwrap_or_else(|e| panic!("floor schema: {e}"));
+    let mut total = 0usize;
+    for i in 0..n {
+        let args = std::hint::black_box(json!({"a": i, "b": 2}));
+        if registry {
+            entry
+                .validate(&args)
+                .unwrap_or_else(|e| panic!("floor validate: {e}"));
+        } else {
+            assert!(validator.is_valid(&args), "floor validate");
+        }
+        let typed: Add = serde_json::from_value(args).unwrap_or_else(|e| panic!("floor args: {e}"));
+        let sum = add(typed)
+            .await
+            .unwrap_or_else(|e| panic!("floor add: {e}"));
+        total += std::hint::black_box(sum).len();
+    }
+    assert!(total >= n);
+}
+
+/// `--instr <workload> <n>`: one run of one workload, nothing else, for
+/// valgrind. The harness is built before the run and the run is not
+/// repeated: the caller subtracts two sizes, so set-up cancels out.
+fn instr(rt: &tokio::runtime::Runtime, workload: &str, n: usize) {
+    let calls = u32::try_from(n).unwrap_or_else(|_| panic!("--instr: n too large"));
+    let (h, expected) = match workload {
+        "floor" | "floor-registry" => {
+            rt.block_on(floor(n, workload == "floor-registry"));
+            println!("instr {workload} {n}");
+            return;
+        }
+        "seq" => (harness(sequential_model(n), calls, false), n),
+        "stack" => (harness(sequential_model(n), calls, true), n),
+        "par" => (harness(parallel_model(n), calls, false), n),
+        "nested" => (nested_harness(calls), n + 1),
+        other => panic!(
+            "--instr: unknown workload `{other}` (floor, floor-registry, seq, stack, par, nested)"
+        ),
+    };
+    let run = rt
+        .block_on(h.run("go"))
+        .unwrap_or_else(|e| panic!("run: {e}"));
+    let made = (run.budget.tool_calls + run.budget.nested_tool_calls) as usize;
+    assert_eq!(made, expected, "{workload} {n}: calls made");
+    println!("instr {workload} {n}: {made} calls");
+}
+
 fn main() {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap_or_else(|e| panic!("runtime: {e}"));
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if let Some(at) = args.iter().position(|a| a == "--instr") {
+        let workload = args.get(at + 1).map_or("", String::as_str);
+        let n = args
+            .get(at + 2)
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("usage: agent_loop --instr <workload> <n>"));
+        instr(&rt, workload, n);
+        return;
+    }
     println!("agent loop, scripted model, add(a, b); current-thread runtime");
     let mut seq = Vec::new();
     for (n, runs) in [(50usize, 400usize), (400, 60), (2000, 15)] {

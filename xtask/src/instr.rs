@@ -1,0 +1,539 @@
+//! `cargo xtask bench --instructions`: instructions and heap allocations
+//! per tool call, counted by valgrind instead of timed.
+//!
+//! Each workload of the agent-loop bench (`agent_loop --instr <workload>
+//! <n>`) runs twice, with `n` and `2n` calls, under callgrind (instructions)
+//! and under memcheck (its "total heap usage: N allocs" line). The figure per
+//! call is the difference of the two runs divided by `n`: process start-up,
+//! the runtime and the harness's construction are the same in both and
+//! cancel out. Counts are the same on every run of the same binary, whatever
+//! else the machine is doing, so they can be compared across commits where
+//! timings cannot.
+
+use std::env;
+use std::ffi::OsString;
+use std::fmt::Write as _;
+use std::fs;
+use std::io::ErrorKind;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode, Stdio};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Instant;
+
+use crate::{cargo_command, root, secs};
+
+/// One row of the table: a workload of the bench and its base size.
+#[derive(Clone)]
+struct Workload {
+    /// The bench's name for it (`agent_loop --instr <name> <n>`).
+    name: String,
+    /// The smaller sample; the larger is twice this.
+    n: u64,
+}
+
+impl Workload {
+    fn label(&self) -> String {
+        match self.name.as_str() {
+            "floor" => "floor (is_valid + from_value + add)".to_owned(),
+            "floor-registry" => "floor with RegisteredTool::validate".to_owned(),
+            "stack" => format!("seq {} + 10 middlewares", self.n),
+            name => format!("{name} {}", self.n),
+        }
+    }
+}
+
+/// The default rows: the floor first, then the loop's workloads.
+fn default_workloads() -> Vec<Workload> {
+    [
+        ("floor", 1000),
+        ("floor-registry", 1000),
+        ("seq", 400),
+        ("par", 1000),
+        ("nested", 1000),
+        ("stack", 400),
+    ]
+    .into_iter()
+    .map(|(name, n)| Workload {
+        name: name.to_owned(),
+        n,
+    })
+    .collect()
+}
+
+const KNOWN: [&str; 6] = ["floor", "floor-registry", "seq", "par", "nested", "stack"];
+
+/// Parses `WORKLOAD[=N]...`; the floor is always measured.
+fn parse_workloads(args: &[String]) -> Result<Vec<Workload>, String> {
+    if args.is_empty() {
+        return Ok(default_workloads());
+    }
+    let mut picked = Vec::new();
+    for arg in args {
+        let (name, n) = match arg.split_once('=') {
+            Some((name, n)) => {
+                let n = n
+                    .parse::<u64>()
+                    .ok()
+                    .filter(|n| *n > 0)
+                    .ok_or_else(|| format!("`{arg}`: the size must be a positive integer"))?;
+                (name, Some(n))
+            }
+            None => (arg.as_str(), None),
+        };
+        if !KNOWN.contains(&name) {
+            return Err(format!(
+                "unknown workload `{name}` (workloads: {})",
+                KNOWN.join(", ")
+            ));
+        }
+        let default = default_workloads()
+            .into_iter()
+            .find(|w| w.name == name)
+            .map_or(1000, |w| w.n);
+        picked.push(Workload {
+            name: name.to_owned(),
+            n: n.unwrap_or(default),
+        });
+    }
+    if !picked.iter().any(|w| w.name == "floor") {
+        picked.insert(0, default_workloads().remove(0));
+    }
+    Ok(picked)
+}
+
+/// The valgrind to run: `$VALGRIND`, else `valgrind` on the PATH.
+fn valgrind_program() -> OsString {
+    env::var_os("VALGRIND").unwrap_or_else(|| "valgrind".into())
+}
+
+/// The installed valgrind's version, or why there is none.
+fn valgrind_version() -> Result<String, String> {
+    let program = valgrind_program();
+    let shown = program.to_string_lossy().into_owned();
+    match Command::new(&program).arg("--version").output() {
+        Ok(out) if out.status.success() => {
+            Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+        }
+        Ok(out) => Err(format!(
+            "`{shown} --version` failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        )),
+        Err(e) if e.kind() == ErrorKind::NotFound => Err(format!(
+            "valgrind is not installed: `{shown}` was not found on the PATH. \
+             `bench --instructions` counts instructions with callgrind and \
+             allocations with memcheck, both part of valgrind: install it \
+             (Debian/Ubuntu: `apt-get install valgrind`) or point VALGRIND at \
+             the binary"
+        )),
+        Err(e) => Err(format!("`{shown}` could not start: {e}")),
+    }
+}
+
+/// Builds the agent-loop bench (release profile) and returns its path.
+fn build_bench() -> Result<PathBuf, String> {
+    let args = [
+        "bench",
+        "-p",
+        "tinyagents-harness",
+        "--bench",
+        "agent_loop",
+        "--no-run",
+        "--message-format=json-render-diagnostics",
+    ];
+    println!("$ cargo {}", args.join(" "));
+    let out = cargo_command()
+        .args(args)
+        .stderr(Stdio::inherit())
+        .output()
+        .map_err(|e| format!("cargo could not start: {e}"))?;
+    if !out.status.success() {
+        return Err(format!("building the bench failed ({})", out.status));
+    }
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    stdout
+        .lines()
+        .filter(|line| {
+            line.contains(r#""reason":"compiler-artifact""#)
+                && line.contains(r#""kind":["bench"]"#)
+                && line.contains(r#""name":"agent_loop""#)
+        })
+        .find_map(|line| json_string_field(line, "executable"))
+        .map(PathBuf::from)
+        .ok_or_else(|| "cargo built the bench but did not report its executable".to_owned())
+}
+
+/// The value of `"field":"..."` in one line of cargo's JSON (paths only
+/// need `\\` and `\"` unescaped).
+fn json_string_field(line: &str, field: &str) -> Option<String> {
+    let start = line.find(&format!("\"{field}\":\""))? + field.len() + 4;
+    let mut value = String::new();
+    let mut chars = line[start..].chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '"' => return Some(value),
+            '\\' => value.push(chars.next()?),
+            c => value.push(c),
+        }
+    }
+    None
+}
+
+/// Which valgrind tool a job runs.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Counter {
+    /// callgrind: instructions executed (`Ir`).
+    Instructions,
+    /// memcheck: heap blocks allocated (reallocs included).
+    Allocations,
+}
+
+/// One valgrind run: a workload at one size under one tool.
+struct Job {
+    workload: String,
+    n: u64,
+    counter: Counter,
+}
+
+impl Job {
+    fn output(&self, dir: &Path) -> PathBuf {
+        match self.counter {
+            Counter::Instructions => {
+                dir.join(format!("callgrind.{}.{}.out", self.workload, self.n))
+            }
+            Counter::Allocations => dir.join(format!("memcheck.{}.{}.log", self.workload, self.n)),
+        }
+    }
+
+    /// Runs valgrind and reads the count it wrote.
+    fn run(&self, bench: &Path, dir: &Path) -> Result<u64, String> {
+        let out_file = self.output(dir);
+        let mut cmd = Command::new(valgrind_program());
+        match self.counter {
+            Counter::Instructions => {
+                cmd.arg("--tool=callgrind")
+                    .arg(format!("--callgrind-out-file={}", out_file.display()));
+            }
+            Counter::Allocations => {
+                cmd.arg("--tool=memcheck")
+                    .arg("--leak-check=no")
+                    .arg(format!("--log-file={}", out_file.display()));
+            }
+        }
+        cmd.arg(bench)
+            .args(["--instr", &self.workload, &self.n.to_string()]);
+        let out = cmd
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| format!("valgrind could not start: {e}"))?;
+        let what = format!(
+            "{} {} under {}",
+            self.workload,
+            self.n,
+            match self.counter {
+                Counter::Instructions => "callgrind",
+                Counter::Allocations => "memcheck",
+            }
+        );
+        if !out.status.success() {
+            return Err(format!(
+                "{what} failed ({}): {}{}",
+                out.status,
+                String::from_utf8_lossy(&out.stdout).trim(),
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+        let text = fs::read_to_string(&out_file)
+            .map_err(|e| format!("{what}: cannot read {}: {e}", out_file.display()))?;
+        let count = match self.counter {
+            Counter::Instructions => callgrind_total(&text),
+            Counter::Allocations => memcheck_allocs(&text),
+        };
+        count.ok_or_else(|| format!("{what}: no count found in {}", out_file.display()))
+    }
+}
+
+/// The `totals:` (or `summary:`) line of a callgrind out file: its first
+/// event, `Ir`, which is the only one collected by default.
+fn callgrind_total(text: &str) -> Option<u64> {
+    let line = |key: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(key))
+            .and_then(|rest| rest.split_whitespace().next())
+            .and_then(|n| n.parse().ok())
+    };
+    line("totals:").or_else(|| line("summary:"))
+}
+
+/// "total heap usage: 1,234 allocs, ..." in a memcheck log.
+fn memcheck_allocs(text: &str) -> Option<u64> {
+    let rest = text
+        .lines()
+        .find_map(|l| l.split_once("total heap usage:").map(|(_, r)| r))?;
+    let count = rest.split_whitespace().next()?;
+    count.replace(',', "").parse().ok()
+}
+
+/// Where the out files go: `$CARGO_TARGET_DIR/instr`, else `target/instr`.
+fn out_dir() -> PathBuf {
+    env::var_os("CARGO_TARGET_DIR")
+        .map_or_else(|| root().join("target"), PathBuf::from)
+        .join("instr")
+}
+
+/// One row's figures per call.
+struct Row {
+    label: String,
+    name: String,
+    n: u64,
+    instructions: f64,
+    allocations: f64,
+}
+
+/// Runs the jobs on `workers` threads; the counts come back in job order.
+fn run_jobs(jobs: &[Job], bench: &Path, dir: &Path, workers: usize) -> Vec<Result<u64, String>> {
+    let next = AtomicUsize::new(0);
+    let results: Mutex<Vec<Option<Result<u64, String>>>> =
+        Mutex::new(jobs.iter().map(|_| None).collect());
+    std::thread::scope(|scope| {
+        for _ in 0..workers.max(1) {
+            scope.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(job) = jobs.get(i) else { break };
+                    let result = job.run(bench, dir);
+                    if let Ok(mut results) = results.lock() {
+                        results[i] = Some(result);
+                    }
+                }
+            });
+        }
+    });
+    results
+        .into_inner()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|r| r.unwrap_or_else(|| Err("the job did not run".to_owned())))
+        .collect()
+}
+
+/// `cargo xtask bench --instructions [WORKLOAD[=N]...]`.
+pub(crate) fn instructions(args: &[String]) -> ExitCode {
+    let workloads = match parse_workloads(args) {
+        Ok(w) => w,
+        Err(why) => {
+            eprintln!("xtask bench --instructions: {why}");
+            return ExitCode::from(2);
+        }
+    };
+    let version = match valgrind_version() {
+        Ok(v) => v,
+        Err(why) => {
+            eprintln!("xtask bench --instructions: {why}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let bench = match build_bench() {
+        Ok(path) => path,
+        Err(why) => {
+            eprintln!("xtask bench --instructions: {why}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let dir = out_dir();
+    if let Err(e) = fs::create_dir_all(&dir) {
+        eprintln!(
+            "xtask bench --instructions: cannot create {}: {e}",
+            dir.display()
+        );
+        return ExitCode::FAILURE;
+    }
+    let mut jobs = Vec::new();
+    for w in &workloads {
+        for counter in [Counter::Instructions, Counter::Allocations] {
+            for n in [w.n, 2 * w.n] {
+                jobs.push(Job {
+                    workload: w.name.clone(),
+                    n,
+                    counter,
+                });
+            }
+        }
+    }
+    let workers = std::thread::available_parallelism().map_or(1, |n| n.get().min(4));
+    println!(
+        "{version}: {} runs of {} ({} at a time)",
+        jobs.len(),
+        bench.display(),
+        workers
+    );
+    let started = Instant::now();
+    let counts = run_jobs(&jobs, &bench, &dir, workers);
+    let mut failed = false;
+    for why in counts.iter().filter_map(|c| c.as_ref().err()) {
+        eprintln!("xtask bench --instructions: {why}");
+        failed = true;
+    }
+    if failed {
+        return ExitCode::FAILURE;
+    }
+    let count = |name: &str, n: u64, counter: Counter| -> u64 {
+        jobs.iter()
+            .zip(&counts)
+            .find(|(j, _)| j.workload == name && j.n == n && j.counter == counter)
+            .and_then(|(_, c)| c.as_ref().ok().copied())
+            .unwrap_or(0)
+    };
+    let per_call = |w: &Workload, counter: Counter| -> f64 {
+        let small = count(&w.name, w.n, counter);
+        let large = count(&w.name, 2 * w.n, counter);
+        (large as f64 - small as f64) / w.n as f64
+    };
+    let rows: Vec<Row> = workloads
+        .iter()
+        .map(|w| Row {
+            label: w.label(),
+            name: w.name.clone(),
+            n: w.n,
+            instructions: per_call(w, Counter::Instructions),
+            allocations: per_call(w, Counter::Allocations),
+        })
+        .collect();
+    print!("{}", render(&rows));
+    println!(
+        "\nper call = (count(2n) - count(n)) / n; instructions: callgrind `Ir`; \
+         allocations: memcheck's heap blocks (reallocs count)\nout files in {} \
+         (`callgrind_annotate --inclusive=yes <file>`); {} in {}",
+        dir.display(),
+        jobs.len(),
+        secs(started.elapsed())
+    );
+    ExitCode::SUCCESS
+}
+
+/// The table, then the targets.
+fn render(rows: &[Row]) -> String {
+    let floor = rows.iter().find(|r| r.name == "floor");
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "\n| workload | instructions/call | allocations/call | ratio to floor |"
+    );
+    let _ = writeln!(out, "|---|---:|---:|---:|");
+    for row in rows {
+        let ratio = floor.filter(|f| f.instructions > 0.0).map_or_else(
+            || "-".to_owned(),
+            |f| format!("{:.2}", row.instructions / f.instructions),
+        );
+        let _ = writeln!(
+            out,
+            "| {} | {} | {:.1} | {ratio} |",
+            row.label,
+            thousands(row.instructions),
+            row.allocations
+        );
+    }
+    let find = |name: &str| rows.iter().find(|r| r.name == name);
+    let mark = |ok: bool| if ok { "pass" } else { "MISS" };
+    if ["seq", "par", "nested"]
+        .into_iter()
+        .any(|name| find(name).is_some())
+    {
+        let _ = writeln!(out, "\ntargets:");
+    }
+    if let Some(seq) = find("seq") {
+        let _ = writeln!(
+            out,
+            "  seq {}: <= 11,000 instructions/call: {} ({}); <= 12 allocations/call: {} ({:.1})",
+            seq.n,
+            mark(seq.instructions <= 11_000.0),
+            thousands(seq.instructions),
+            mark(seq.allocations <= 12.0),
+            seq.allocations
+        );
+    }
+    if let Some(par) = find("par") {
+        let _ = writeln!(
+            out,
+            "  par {}: <= 9,000 instructions/call: {} ({})",
+            par.n,
+            mark(par.instructions <= 9_000.0),
+            thousands(par.instructions)
+        );
+    }
+    if let Some(nested) = find("nested") {
+        for model in ["par", "seq"].into_iter().filter_map(find) {
+            let ratio = nested.instructions / model.instructions;
+            let _ = writeln!(
+                out,
+                "  nested / model-issued call ({} {}): {ratio:.2} (target <= 1.30: {})",
+                model.name,
+                model.n,
+                mark(ratio <= 1.3)
+            );
+        }
+    }
+    out
+}
+
+/// `12345.6` as `12,346`.
+fn thousands(value: f64) -> String {
+    let rounded = value.round();
+    let digits = format!("{:.0}", rounded.abs());
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    if rounded < 0.0 {
+        out.insert(0, '-');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_callgrind_totals() {
+        let text = "events: Ir\nsummary: 123\nfn=main\n1 2\ntotals: 4567\n";
+        assert_eq!(callgrind_total(text), Some(4567));
+        assert_eq!(callgrind_total("events: Ir\nsummary: 89\n"), Some(89));
+    }
+
+    #[test]
+    fn reads_memcheck_allocs() {
+        let log = "==1== HEAP SUMMARY:\n==1==     in use at exit: 0 bytes in 0 blocks\n\
+                   ==1==   total heap usage: 12,345 allocs, 12,340 frees, 1,000 bytes allocated\n";
+        assert_eq!(memcheck_allocs(log), Some(12_345));
+    }
+
+    #[test]
+    fn reads_the_executable() {
+        let line = r#"{"reason":"compiler-artifact","executable":"/t/release/deps/agent_loop-1a\\b","fresh":true}"#;
+        assert_eq!(
+            json_string_field(line, "executable").as_deref(),
+            Some("/t/release/deps/agent_loop-1a\\b")
+        );
+    }
+
+    #[test]
+    fn workloads_parse_and_keep_the_floor() {
+        let picked = parse_workloads(&["seq=50".to_owned(), "par".to_owned()]).unwrap_or_default();
+        let names: Vec<_> = picked.iter().map(|w| (w.name.as_str(), w.n)).collect();
+        assert_eq!(names, [("floor", 1000), ("seq", 50), ("par", 1000)]);
+        assert!(parse_workloads(&["warp".to_owned()]).is_err());
+        assert!(parse_workloads(&["seq=0".to_owned()]).is_err());
+    }
+
+    #[test]
+    fn thousands_separators() {
+        assert_eq!(thousands(22308.4), "22,308");
+        assert_eq!(thousands(999.0), "999");
+        assert_eq!(thousands(1_000_000.0), "1,000,000");
+    }
+}
