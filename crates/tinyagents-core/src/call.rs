@@ -20,7 +20,8 @@ pub struct ToolCall {
     /// [`ToolCall::raw_arguments`]).
     pub arguments: Value,
     /// The model's argument text, kept only when it was not valid JSON, so
-    /// the error sent back can quote it and nothing is lost.
+    /// nothing is lost (the error sent back counts its bytes and does not
+    /// quote it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub raw_arguments: Option<String>,
 }

@@ -24,27 +24,42 @@ pub enum InvalidArgsPolicy {
 }
 
 /// Why arguments were not accepted.
+///
+/// The texts are value-free: they name the tool, where the arguments went
+/// wrong and what the tool's schema expects there, but never quote what the
+/// model (or a calling tool) sent, which may hold secrets or personal data.
+/// The schema is public (the model is shown it); the arguments are not.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ArgumentError {
     /// The model's text was not JSON.
-    #[error("arguments for tool '{tool}' are not valid JSON ({detail}); received: {raw}")]
+    #[error(
+        "arguments for tool '{tool}' are not valid JSON ({received_bytes} bytes received; {detail})"
+    )]
     NotJson {
         /// The tool.
         tool: String,
-        /// What the model sent, cut at 512 bytes.
-        raw: String,
-        /// The parser's complaint.
+        /// How many bytes of argument text the model sent.
+        received_bytes: usize,
+        /// The parser's complaint: what it expected and where (line and
+        /// column), never the text itself.
         detail: String,
     },
     /// The arguments broke the schema.
-    #[error("invalid arguments for tool '{tool}' at '{}': {message}", display_path(.path))]
+    #[error(
+        "invalid arguments for tool '{tool}' at '{}': schema keyword '{keyword}' expects {expected}",
+        display_path(.path)
+    )]
     Invalid {
         /// The tool.
         tool: String,
         /// JSON pointer of the first problem (empty for the whole value).
         path: String,
-        /// What was wrong and what was expected.
-        message: String,
+        /// The schema keyword the arguments broke (`type`, `required`,
+        /// `minimum`, ...).
+        keyword: String,
+        /// What the schema expects at that keyword, from the schema alone
+        /// (for example `"integer"`, or `property "b"` for `required`).
+        expected: String,
     },
     /// The tool needs an argument the host did not supply.
     #[error("tool '{tool}' needs the host to inject '{key}', and the host supplied no value")]
@@ -98,12 +113,14 @@ pub fn prepare_arguments(
         Some(raw) => match (policy, parse_fenced(raw)) {
             (InvalidArgsPolicy::NormalizeThenReturn, Some(parsed)) => parsed,
             _ => {
+                // serde_json's syntax errors name what was expected and
+                // where (line, column), never the text they read.
                 let detail = serde_json::from_str::<Value>(raw)
                     .err()
                     .map_or_else(|| "not an object".to_owned(), |e| e.to_string());
                 return Err(ArgumentError::NotJson {
                     tool: tool.clone(),
-                    raw: cut(raw, 512),
+                    received_bytes: raw.len(),
                     detail,
                 });
             }

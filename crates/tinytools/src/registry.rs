@@ -3,6 +3,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use jsonschema::error::{TypeKind, ValidationErrorKind};
 use serde_json::Value;
 use tinyagents_core::ToolDefinition;
 
@@ -73,7 +74,9 @@ impl RegisteredTool {
         self.model_visible
     }
 
-    /// Validates prepared arguments against the compiled schema.
+    /// Validates prepared arguments against the compiled schema. The error
+    /// names the first problem's JSON pointer, the schema keyword it broke
+    /// and what the schema expects there; it never quotes the arguments.
     pub fn validate(&self, args: &Value) -> Result<(), ArgumentError> {
         let Some(error) = self.validator.iter_errors(args).next() else {
             return Ok(());
@@ -81,9 +84,102 @@ impl RegisteredTool {
         Err(ArgumentError::Invalid {
             tool: self.definition.name.clone(),
             path: error.instance_path().as_str().to_owned(),
-            message: error.to_string(),
+            keyword: error.kind().keyword().to_owned(),
+            expected: expectation(
+                &self.spec().parameters,
+                error.schema_path().as_str(),
+                error.kind(),
+            ),
         })
     }
+}
+
+/// Bytes of a schema value quoted in an argument error.
+const EXPECTATION_BYTES: usize = 200;
+
+/// What the schema expects at the keyword an error points to, read from the
+/// schema (public) and never from the instance (the arguments). The
+/// validator's own message is not used: it quotes the offending value.
+fn expectation(schema: &Value, schema_path: &str, kind: &ValidationErrorKind) -> String {
+    let at_keyword = schema.pointer(schema_path);
+    match kind {
+        // The missing property's name comes from the schema's `required`.
+        ValidationErrorKind::Required { property } => return format!("property {property}"),
+        ValidationErrorKind::AdditionalProperties { .. }
+        | ValidationErrorKind::UnevaluatedProperties { .. }
+            if matches!(at_keyword, Some(Value::Bool(false))) =>
+        {
+            return declared_only(schema, schema_path);
+        }
+        ValidationErrorKind::FalseSchema => return "no value at all (false schema)".to_owned(),
+        _ => {}
+    }
+    if let Some(value) = at_keyword {
+        return quote_schema(value);
+    }
+    // The keyword sits behind a `$ref` the pointer cannot follow: what the
+    // validator read from the schema.
+    match kind {
+        ValidationErrorKind::Type { kind } => match kind {
+            TypeKind::Single(one) => format!("\"{one}\""),
+            TypeKind::Multiple(set) => quote_schema(&Value::Array(
+                set.iter().map(|t| Value::String(t.to_string())).collect(),
+            )),
+        },
+        ValidationErrorKind::Constant { expected_value } => quote_schema(expected_value),
+        ValidationErrorKind::Enum { options } => quote_schema(options),
+        ValidationErrorKind::Minimum { limit }
+        | ValidationErrorKind::Maximum { limit }
+        | ValidationErrorKind::ExclusiveMinimum { limit }
+        | ValidationErrorKind::ExclusiveMaximum { limit } => quote_schema(limit),
+        ValidationErrorKind::MinLength { limit }
+        | ValidationErrorKind::MaxLength { limit }
+        | ValidationErrorKind::MinItems { limit }
+        | ValidationErrorKind::MaxItems { limit }
+        | ValidationErrorKind::MinProperties { limit }
+        | ValidationErrorKind::MaxProperties { limit } => limit.to_string(),
+        ValidationErrorKind::Pattern { pattern } => quote_schema(&Value::String(pattern.clone())),
+        ValidationErrorKind::Format { format } => quote_schema(&Value::String(format.clone())),
+        _ => "a value its schema accepts".to_owned(),
+    }
+}
+
+/// `additionalProperties: false`: the properties the schema declares beside
+/// it (the unexpected names are the arguments' own, and not quoted).
+fn declared_only(schema: &Value, schema_path: &str) -> String {
+    let parent = schema_path
+        .rsplit_once('/')
+        .map_or("", |(parent, _)| parent);
+    let declared: Vec<String> = schema
+        .pointer(parent)
+        .and_then(|s| s.get("properties"))
+        .and_then(Value::as_object)
+        .map(|properties| {
+            properties
+                .keys()
+                .map(|k| Value::String(k.clone()).to_string())
+                .collect()
+        })
+        .unwrap_or_default();
+    if declared.is_empty() {
+        "no properties".to_owned()
+    } else {
+        quote_cut(format!("no properties other than {}", declared.join(", ")))
+    }
+}
+
+/// A schema value as compact JSON, cut at [`EXPECTATION_BYTES`].
+fn quote_schema(value: &Value) -> String {
+    quote_cut(value.to_string())
+}
+
+fn quote_cut(text: String) -> String {
+    if text.len() <= EXPECTATION_BYTES {
+        return text;
+    }
+    let mut cut = crate::args::cut(&text, EXPECTATION_BYTES);
+    cut.push_str("...");
+    cut
 }
 
 /// Tools by name. Schemas are compiled once, at registration.
