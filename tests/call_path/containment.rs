@@ -14,8 +14,8 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 use tinyagents::prelude::*;
 use tinyagents::{
-    GateDecision, Next, OutputVerdict, RunContext, SecurityGate, State, ToolCallContext,
-    ToolCallRequest,
+    Next, OutputVerdict, RunContext, SecurityGate, State, ToolCallContext, ToolCallRequest,
+    ToolVerdict,
 };
 use tinyagents_tests::assert_one_terminal_per_start;
 
@@ -145,7 +145,7 @@ impl SecurityGate for ScreenPanics {
     async fn authorize_tool(
         &self,
         _request: &ToolCallRequest<'_>,
-    ) -> Result<GateDecision, TinyAgentsError> {
+    ) -> Result<ToolVerdict, TinyAgentsError> {
         Ok(gate_allow())
     }
 

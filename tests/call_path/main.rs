@@ -37,8 +37,8 @@ use serde_json::{Value, json};
 use tinyagents::prelude::*;
 use tinyagents::{
     AgentBuildRequest, AgentDefinition, AgentHarnessBuilder, AgentOrchestrator, BuildError,
-    EffectLedger, GateDecision, HostTools, InMemorySessionStore, ModelFactory, SessionStore,
-    ToolExecutionContext,
+    EffectLedger, HostTools, InMemorySessionStore, ModelFactory, SessionStore,
+    ToolExecutionContext, ToolVerdict,
 };
 
 // ===========================================================================
@@ -46,20 +46,20 @@ use tinyagents::{
 // ===========================================================================
 
 /// A gate's "let it run".
-pub(crate) fn gate_allow() -> GateDecision {
-    GateDecision::Allow
+pub(crate) fn gate_allow() -> ToolVerdict {
+    ToolVerdict::Allow
 }
 
 /// A gate's refusal.
-pub(crate) fn gate_deny(reason: &str) -> GateDecision {
-    GateDecision::Deny {
+pub(crate) fn gate_deny(reason: &str) -> ToolVerdict {
+    ToolVerdict::Deny {
         reason: reason.to_owned(),
     }
 }
 
 /// A gate's question for a person.
-pub(crate) fn gate_ask(reason: &str) -> GateDecision {
-    GateDecision::Ask {
+pub(crate) fn gate_ask(reason: &str) -> ToolVerdict {
+    ToolVerdict::Defer {
         reason: reason.to_owned(),
     }
 }
@@ -96,7 +96,7 @@ pub(crate) enum GateAnswer {
 
 /// A [`GateAnswer`] as the gate's decision; `reason` for a denial or a
 /// question.
-pub(crate) fn gate_decision(answer: GateAnswer, reason: &str) -> GateDecision {
+pub(crate) fn gate_decision(answer: GateAnswer, reason: &str) -> ToolVerdict {
     match answer {
         GateAnswer::Allow => gate_allow(),
         GateAnswer::Deny => gate_deny(reason),

@@ -38,9 +38,9 @@ use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use serde_json::{Value, json};
 use tinyagents::prelude::*;
 use tinyagents::{
-    ApprovalFn, CallId, GateDecision, HumanApprovalMiddleware, PlanModeMiddleware, RunContext,
-    RunId, SecurityGate, SideEffects, State, ToolAllowlistMiddleware, ToolCallRequest,
-    ToolExecutionContext, ToolPolicyMiddleware, ToolRegistry, args_hash,
+    ApprovalFn, CallId, HumanApprovalMiddleware, PlanModeMiddleware, RunContext, RunId,
+    SecurityGate, SideEffects, State, ToolAllowlistMiddleware, ToolCallRequest,
+    ToolExecutionContext, ToolPolicyMiddleware, ToolRegistry, ToolVerdict, args_hash,
 };
 
 use crate::{Decision, GateAnswer, decision_of, gate_decision};
@@ -549,7 +549,7 @@ impl SecurityGate for ByName {
     async fn authorize_tool(
         &self,
         request: &ToolCallRequest<'_>,
-    ) -> Result<GateDecision, TinyAgentsError> {
+    ) -> Result<ToolVerdict, TinyAgentsError> {
         let name = &request.spec.name;
         let answer = NAMES
             .iter()
@@ -597,15 +597,20 @@ struct Oracle<'a> {
 }
 
 impl Oracle<'_> {
-    /// The model-path decisions of every policy, in registration order.
-    async fn decisions(&self, name: &str, args: &Value) -> Vec<(String, Decision)> {
+    /// The model-path decisions of every policy, in registration order, and
+    /// whether a policy granted the call its approval (the human-approval
+    /// callback allowing it: the harness's fail-closed approval stage then
+    /// lets a flagged tool through).
+    async fn decisions(&self, name: &str, args: &Value) -> (Vec<(String, Decision)>, bool) {
         let mut ctx = context(self.tools, &[], args);
         let mut out = Vec::new();
         for policy in self.policies {
             let decision = model_decision(policy.as_ref(), &mut ctx, "p1", name, args).await;
             out.push((policy.name().to_owned(), decision));
         }
-        out
+        let call = ToolCall::new(CallId::new("p1"), name, args.clone());
+        let approved = ctx.approvals.is_call_approved(&call);
+        (out, approved)
     }
 
     fn gate(&self, index: usize) -> GateAnswer {
@@ -633,11 +638,12 @@ impl Oracle<'_> {
             };
         }
         let tool = &self.case.tools[call.tool];
-        let decisions = self.decisions(name, &call.args()).await;
+        let (decisions, approved) = self.decisions(name, &call.args()).await;
         // The stages in the nested path's order: the spec's approval, the
-        // middlewares, the gate.
+        // middlewares, the gate. On the model path a flagged tool waits
+        // unless a policy granted its approval.
         let mut stages = Vec::new();
-        if tool.approval_required || tool.external {
+        if (tool.approval_required || tool.external) && (level > 0 || !approved) {
             stages.push(Stage::Defer(None));
         }
         for (by, decision) in decisions {
@@ -836,9 +842,18 @@ async fn check_tree_case(case: TreeCase) -> Result<(), TestCaseError> {
     // The property stated directly: the same tool with the same arguments
     // is admitted on one origin exactly when it is on another (within the
     // depth cap); a model-issued deferral is a nested refusal.
+    // A tool that declares approval is the specification's stated
+    // exception: a model-issued call may be approved (by a person, or the
+    // human-approval callback), a nested one never is.
+    let declares_approval = |name: &str| {
+        case.tools
+            .iter()
+            .enumerate()
+            .any(|(i, t)| name_of(i) == name && (t.approval_required || t.external))
+    };
     let mut by_call: HashMap<(&str, bool), Vec<(u32, &'static str)>> = HashMap::new();
     for call in &expected {
-        if call.level <= case.max_nested_depth {
+        if call.level <= case.max_nested_depth && !declares_approval(call.name) {
             by_call
                 .entry((call.name, call.ok))
                 .or_default()

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use tinyagents::prelude::*;
-use tinyagents::{GateDecision, SecurityGate, ToolCallRequest, ToolExecutionContext};
+use tinyagents::{SecurityGate, ToolCallRequest, ToolExecutionContext, ToolVerdict};
 use tinyagents_tests::assert_one_terminal_per_start;
 
 use crate::{Origin, gate_allow, gate_deny, harness, join_all, one_turn, plain, run, t};
@@ -29,7 +29,7 @@ impl SecurityGate for SlowRefuser {
     async fn authorize_tool(
         &self,
         request: &ToolCallRequest<'_>,
-    ) -> Result<GateDecision, TinyAgentsError> {
+    ) -> Result<ToolVerdict, TinyAgentsError> {
         if !request.is_nested() || request.spec.name != "leaf" {
             return Ok(gate_allow());
         }

@@ -341,7 +341,7 @@ impl AgentHarness {
         let Some(calls) = open_calls else {
             return run.drive().await;
         };
-        let end = run.run_calls(calls, None, &blocked).await?;
+        let end = run.run_calls(calls, None, &blocked, &[]).await?;
         run.continue_after(end).await
     }
 

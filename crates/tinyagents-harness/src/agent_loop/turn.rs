@@ -62,15 +62,19 @@ impl<'h> Run<'h> {
         // changed cannot be replayed from a checkpoint: the secret was never
         // persisted.
         let mut replay_blocked = Vec::new();
+        let mut refused = Vec::new();
         let redaction = self.events.redaction();
         let recorded = calls
             .iter()
             .map(|call| {
-                let (copy, changed) = redaction.call(call);
-                if changed {
+                let redacted = redaction.call(call);
+                if redacted.changed {
                     replay_blocked.push(call.id.clone());
                 }
-                copy
+                if let Some(error) = redacted.failed {
+                    refused.push((call.id.clone(), error));
+                }
+                redacted.copy
             })
             .collect();
         self.state.messages.push(Message::Assistant {
@@ -79,17 +83,19 @@ impl<'h> Run<'h> {
             reasoning: response.reasoning,
         });
         self.checkpoint(&replay_blocked).await;
-        self.run_calls(calls, token_limit, &[]).await
+        self.run_calls(calls, token_limit, &[], &refused).await
     }
 
     /// Admits, executes and folds the calls of one turn, whose assistant
     /// message is already in the transcript. `replay_blocked` names calls a
-    /// recovery must not run again (their arguments were redacted).
+    /// recovery must not run again (their arguments were redacted);
+    /// `refused` calls whose redaction failed.
     pub(crate) async fn run_calls(
         &mut self,
         calls: Vec<ToolCall>,
         token_limit: Option<TinyAgentsError>,
         replay_blocked: &[CallId],
+        refused: &[(CallId, TinyAgentsError)],
     ) -> Result<TurnEnd, TinyAgentsError> {
         let harness = self.harness;
         let mut limit = token_limit;
@@ -97,6 +103,12 @@ impl<'h> Run<'h> {
         for (position, call) in calls.into_iter().enumerate() {
             if replay_blocked.contains(&call.id) {
                 slots.push(self.blocked_replay(call).await);
+                continue;
+            }
+            if let Some((_, error)) = refused.iter().find(|(id, _)| *id == call.id) {
+                // Budget is spent like any issued call's, so refusals stay bounded.
+                let _ = self.ctx.tracker().try_reserve_tool_call();
+                slots.push(self.refused_slot(call, error).await);
                 continue;
             }
             // A token cap crossed by this very response refuses all its calls.

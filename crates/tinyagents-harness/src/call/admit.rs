@@ -142,6 +142,10 @@ struct Admitting<'h, 'a> {
     call: ToolCall,
     entry: Option<&'h RegisteredTool>,
     deferred: Option<String>,
+    /// A person approved this call before its admission (on resume). Only
+    /// that answers a gate's question; a middleware's approval granted
+    /// during admission answers only the approval stage.
+    approved_by_person: bool,
     charge: Option<QuotaCharge<'a>>,
     slot: Option<NestedSlot<'a>>,
     hold: Option<(Hold, HoldKind)>,
@@ -199,6 +203,7 @@ impl AgentHarness {
             call,
             entry: None,
             deferred: None,
+            approved_by_person: false,
             charge: None,
             slot: None,
             hold: None,
@@ -451,6 +456,9 @@ impl AgentHarness {
         scope: &mut Scope<'_>,
         a: &mut Admitting<'_, '_>,
     ) -> Result<(), TinyAgentsError> {
+        if let Scope::Model { ctx, .. } = scope {
+            a.approved_by_person = ctx.approvals.is_call_approved(&a.call);
+        }
         for middleware in self.middlewares.iter() {
             let name = middleware.name();
             match scope {
@@ -508,8 +516,8 @@ impl AgentHarness {
         let refusal = match decision {
             Ok(Ok(ToolVerdict::Allow)) => return Ok(()),
             Ok(Ok(ToolVerdict::Defer { reason })) => match scope {
-                Scope::Model { ctx, .. } => {
-                    if !ctx.approvals.is_call_approved(&a.call) {
+                Scope::Model { .. } => {
+                    if !a.approved_by_person {
                         a.deferred.get_or_insert(reason);
                     }
                     return Ok(());

@@ -7,7 +7,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 
 use serde_json::Value;
-use tinyagents_core::{ToolCall, ToolResult};
+use tinyagents_core::{TinyAgentsError, ToolCall, ToolResult};
 use tinyagents_middleware::Middleware;
 
 /// The run's redaction: every middleware's `redact`, in order.
@@ -28,6 +28,12 @@ impl Redaction {
 
     /// Scrubs `payload` in place.
     pub(crate) fn value(&self, payload: &mut Value) {
+        let _ = self.scrub(payload);
+    }
+
+    /// Scrubs `payload` in place; `Err` names the middleware whose `redact`
+    /// panicked (the payload was replaced by a placeholder).
+    fn scrub(&self, payload: &mut Value) -> Result<(), &str> {
         for middleware in self.middlewares.iter() {
             let scrubbed = catch_unwind(AssertUnwindSafe(|| middleware.redact(payload)));
             if scrubbed.is_err() {
@@ -35,9 +41,10 @@ impl Redaction {
                     "[withheld: redaction by {} failed]",
                     middleware.name()
                 ));
-                return;
+                return Err(middleware.name());
             }
         }
+        Ok(())
     }
 
     /// A scrubbed copy of `payload`.
@@ -75,13 +82,29 @@ impl Redaction {
 
     /// The call as it may be persisted or shown: arguments and any raw
     /// (non-JSON) argument text scrubbed. `changed` tells whether redaction
-    /// removed anything (such a call cannot be replayed from its copy).
-    pub(crate) fn call(&self, call: &ToolCall) -> (ToolCall, bool) {
+    /// removed anything (such a call cannot be replayed from its copy);
+    /// `failed` is the refusal of a call whose redaction panicked (nothing
+    /// of it could be vouched for, so it must not run).
+    pub(crate) fn call(&self, call: &ToolCall) -> RedactedCall {
         if !self.is_active() {
-            return (call.clone(), false);
+            return RedactedCall {
+                copy: call.clone(),
+                changed: false,
+                failed: None,
+            };
         }
-        let arguments = self.copy(&call.arguments);
-        let raw_arguments = call.raw_arguments.clone().map(|raw| self.text(raw));
+        let mut arguments = call.arguments.clone();
+        let mut failed = self.scrub(&mut arguments).err().map(str::to_owned);
+        let raw_arguments = call.raw_arguments.clone().map(|raw| {
+            let mut value = Value::String(raw);
+            if let Err(who) = self.scrub(&mut value) {
+                failed.get_or_insert_with(|| who.to_owned());
+            }
+            match value {
+                Value::String(text) => text,
+                other => other.to_string(),
+            }
+        });
         let changed = arguments != call.arguments || raw_arguments != call.raw_arguments;
         let copy = ToolCall {
             id: call.id.clone(),
@@ -90,7 +113,15 @@ impl Redaction {
             arguments,
             raw_arguments,
         };
-        (copy, changed)
+        RedactedCall {
+            copy,
+            changed,
+            failed: failed.map(|by| TinyAgentsError::Denied {
+                by,
+                reason: "redacting the call's arguments panicked, so the call is refused"
+                    .to_owned(),
+            }),
+        }
     }
 
     /// The arguments of `call` as an event may show them (under capture).
@@ -100,4 +131,11 @@ impl Redaction {
             None => self.copy(&call.arguments),
         }
     }
+}
+
+/// A call as the transcript keeps it.
+pub(crate) struct RedactedCall {
+    pub(crate) copy: ToolCall,
+    pub(crate) changed: bool,
+    pub(crate) failed: Option<TinyAgentsError>,
 }
