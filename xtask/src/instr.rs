@@ -146,11 +146,16 @@ fn valgrind_version() -> Result<String, String> {
             String::from_utf8_lossy(&out.stderr).trim()
         )),
         Err(e) if e.kind() == ErrorKind::NotFound => Err(format!(
-            "valgrind is not installed: `{shown}` was not found on the PATH. \
+            "valgrind is not installed: `{shown}` was not found{}. \
              `bench --instructions` counts instructions with callgrind and \
              allocations with memcheck, both part of valgrind: install it \
              (Debian/Ubuntu: `apt-get install valgrind`) or point VALGRIND at \
-             the binary"
+             the binary",
+            if env::var_os("VALGRIND").is_some() {
+                " (set by VALGRIND)"
+            } else {
+                " on the PATH"
+            }
         )),
         Err(e) => Err(format!("`{shown}` could not start: {e}")),
     }
