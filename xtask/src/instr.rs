@@ -63,6 +63,31 @@ fn default_workloads() -> Vec<Workload> {
 
 const KNOWN: [&str; 6] = ["floor", "floor-registry", "seq", "par", "nested", "stack"];
 
+/// Callgrind runs per sample. The allocator's share of the instructions
+/// varies between runs of the same binary (by a few hundred instructions
+/// per call in `nested`, whose tool awaits the loop): the median of three
+/// is steady. Allocation counts do not vary; memcheck runs once.
+const DEFAULT_RUNS: u32 = 3;
+
+/// Parses `[--runs K] WORKLOAD[=N]...`; the floor is always measured.
+fn parse_args(args: &[String]) -> Result<(Vec<Workload>, u32), String> {
+    let mut runs = DEFAULT_RUNS;
+    let mut rest = Vec::new();
+    let mut args = args.iter();
+    while let Some(arg) = args.next() {
+        if arg == "--runs" {
+            runs = args
+                .next()
+                .and_then(|k| k.parse().ok())
+                .filter(|k| *k > 0)
+                .ok_or("--runs takes a positive number")?;
+        } else {
+            rest.push(arg.clone());
+        }
+    }
+    Ok((parse_workloads(&rest)?, runs))
+}
+
 /// Parses `WORKLOAD[=N]...`; the floor is always measured.
 fn parse_workloads(args: &[String]) -> Result<Vec<Workload>, String> {
     if args.is_empty() {
@@ -121,11 +146,16 @@ fn valgrind_version() -> Result<String, String> {
             String::from_utf8_lossy(&out.stderr).trim()
         )),
         Err(e) if e.kind() == ErrorKind::NotFound => Err(format!(
-            "valgrind is not installed: `{shown}` was not found on the PATH. \
+            "valgrind is not installed: `{shown}` was not found{}. \
              `bench --instructions` counts instructions with callgrind and \
              allocations with memcheck, both part of valgrind: install it \
              (Debian/Ubuntu: `apt-get install valgrind`) or point VALGRIND at \
-             the binary"
+             the binary",
+            if env::var_os("VALGRIND").is_some() {
+                " (set by VALGRIND)"
+            } else {
+                " on the PATH"
+            }
         )),
         Err(e) => Err(format!("`{shown}` could not start: {e}")),
     }
@@ -194,20 +224,24 @@ struct Job {
     workload: String,
     n: u64,
     counter: Counter,
+    /// Which repetition (callgrind runs are repeated; see [`DEFAULT_RUNS`]).
+    run: u32,
 }
 
 impl Job {
     fn output(&self, dir: &Path) -> PathBuf {
         match self.counter {
-            Counter::Instructions => {
-                dir.join(format!("callgrind.{}.{}.out", self.workload, self.n))
-            }
+            Counter::Instructions => dir.join(format!(
+                "callgrind.{}.{}.{}.out",
+                self.workload, self.n, self.run
+            )),
             Counter::Allocations => dir.join(format!("memcheck.{}.{}.log", self.workload, self.n)),
         }
     }
 
-    /// Runs valgrind and reads the count it wrote.
-    fn run(&self, bench: &Path, dir: &Path) -> Result<u64, String> {
+    /// Runs valgrind and reads the counts it wrote: instructions and those
+    /// spent inside the allocator, or allocations (and 0).
+    fn run(&self, bench: &Path, dir: &Path) -> Result<[u64; 2], String> {
         let out_file = self.output(dir);
         let mut cmd = Command::new(valgrind_program());
         match self.counter {
@@ -247,8 +281,8 @@ impl Job {
         let text = fs::read_to_string(&out_file)
             .map_err(|e| format!("{what}: cannot read {}: {e}", out_file.display()))?;
         let count = match self.counter {
-            Counter::Instructions => callgrind_total(&text),
-            Counter::Allocations => memcheck_allocs(&text),
+            Counter::Instructions => callgrind_total(&text).map(|n| [n, allocator_cost(&text)]),
+            Counter::Allocations => memcheck_allocs(&text).map(|n| [n, 0]),
         };
         count.ok_or_else(|| format!("{what}: no count found in {}", out_file.display()))
     }
@@ -264,6 +298,65 @@ fn callgrind_total(text: &str) -> Option<u64> {
             .and_then(|n| n.parse().ok())
     };
     line("totals:").or_else(|| line("summary:"))
+}
+
+/// The allocator's entry points: calls into them from outside are the
+/// instructions spent allocating and freeing.
+const ALLOCATOR: [&str; 7] = [
+    "malloc",
+    "free",
+    "realloc",
+    "calloc",
+    "posix_memalign",
+    "aligned_alloc",
+    "memalign",
+];
+
+/// The inclusive `Ir` of every call into the allocator (see [`ALLOCATOR`])
+/// from a function outside it, read from a callgrind out file's call
+/// records (`cfn=` then `calls=` then the call's position and cost).
+fn allocator_cost(text: &str) -> u64 {
+    // Compressed names: `(12) name` the first time, `(12)` after.
+    let mut names: std::collections::HashMap<String, String> = std::collections::HashMap::new();
+    let mut resolve = |spec: &str| -> String {
+        let spec = spec.trim();
+        match spec.strip_prefix('(').and_then(|r| r.split_once(')')) {
+            Some((id, rest)) => {
+                let rest = rest.trim();
+                if rest.is_empty() {
+                    names.get(id).cloned().unwrap_or_default()
+                } else {
+                    names.insert(id.to_owned(), rest.to_owned());
+                    rest.to_owned()
+                }
+            }
+            None => spec.to_owned(),
+        }
+    };
+    let is_allocator = |name: &str| ALLOCATOR.contains(&name);
+    let mut caller_inside = false;
+    let mut callee_inside = false;
+    let mut call_pending = false;
+    let mut total = 0u64;
+    for line in text.lines() {
+        if let Some(spec) = line.strip_prefix("fn=") {
+            caller_inside = is_allocator(&resolve(spec));
+        } else if let Some(spec) = line.strip_prefix("cfn=") {
+            callee_inside = is_allocator(&resolve(spec));
+        } else if line.starts_with("calls=") {
+            call_pending = true;
+        } else if call_pending {
+            call_pending = false;
+            if callee_inside && !caller_inside {
+                total += line
+                    .split_whitespace()
+                    .nth(1)
+                    .and_then(|n| n.parse::<u64>().ok())
+                    .unwrap_or(0);
+            }
+        }
+    }
+    total
 }
 
 /// "total heap usage: 1,234 allocs, ..." in a memcheck log.
@@ -287,15 +380,22 @@ struct Row {
     label: String,
     name: String,
     n: u64,
+    /// The median over the runs.
     instructions: f64,
+    /// Largest minus smallest over the runs.
+    spread: f64,
+    /// Of `instructions`, those inside malloc, free and realloc (median).
+    in_allocator: f64,
     allocations: f64,
 }
 
+/// What one valgrind run gave: its two counts (see [`Job::run`]), or why not.
+type JobResult = Result<[u64; 2], String>;
+
 /// Runs the jobs on `workers` threads; the counts come back in job order.
-fn run_jobs(jobs: &[Job], bench: &Path, dir: &Path, workers: usize) -> Vec<Result<u64, String>> {
+fn run_jobs(jobs: &[Job], bench: &Path, dir: &Path, workers: usize) -> Vec<JobResult> {
     let next = AtomicUsize::new(0);
-    let results: Mutex<Vec<Option<Result<u64, String>>>> =
-        Mutex::new(jobs.iter().map(|_| None).collect());
+    let results: Mutex<Vec<Option<JobResult>>> = Mutex::new(jobs.iter().map(|_| None).collect());
     std::thread::scope(|scope| {
         for _ in 0..workers.max(1) {
             scope.spawn(|| {
@@ -320,8 +420,8 @@ fn run_jobs(jobs: &[Job], bench: &Path, dir: &Path, workers: usize) -> Vec<Resul
 
 /// `cargo xtask bench --instructions [WORKLOAD[=N]...]`.
 pub(crate) fn instructions(args: &[String]) -> ExitCode {
-    let workloads = match parse_workloads(args) {
-        Ok(w) => w,
+    let (workloads, runs) = match parse_args(args) {
+        Ok(parsed) => parsed,
         Err(why) => {
             eprintln!("xtask bench --instructions: {why}");
             return ExitCode::from(2);
@@ -351,13 +451,16 @@ pub(crate) fn instructions(args: &[String]) -> ExitCode {
     }
     let mut jobs = Vec::new();
     for w in &workloads {
-        for counter in [Counter::Instructions, Counter::Allocations] {
-            for n in [w.n, 2 * w.n] {
-                jobs.push(Job {
-                    workload: w.name.clone(),
-                    n,
-                    counter,
-                });
+        for (counter, repeat) in [(Counter::Instructions, runs), (Counter::Allocations, 1)] {
+            for run in 0..repeat {
+                for n in [w.n, 2 * w.n] {
+                    jobs.push(Job {
+                        workload: w.name.clone(),
+                        n,
+                        counter,
+                        run,
+                    });
+                }
             }
         }
     }
@@ -378,17 +481,22 @@ pub(crate) fn instructions(args: &[String]) -> ExitCode {
     if failed {
         return ExitCode::FAILURE;
     }
-    let count = |name: &str, n: u64, counter: Counter| -> u64 {
+    let count = |name: &str, n: u64, counter: Counter, run: u32| -> [u64; 2] {
         jobs.iter()
             .zip(&counts)
-            .find(|(j, _)| j.workload == name && j.n == n && j.counter == counter)
+            .find(|(j, _)| j.workload == name && j.n == n && j.counter == counter && j.run == run)
             .and_then(|(_, c)| c.as_ref().ok().copied())
-            .unwrap_or(0)
+            .unwrap_or_default()
     };
-    let per_call = |w: &Workload, counter: Counter| -> f64 {
-        let small = count(&w.name, w.n, counter);
-        let large = count(&w.name, 2 * w.n, counter);
-        (large as f64 - small as f64) / w.n as f64
+    // Per call, for each run: (count(2n) - count(n)) / n, both counts.
+    let per_call = |w: &Workload, counter: Counter, run: u32| -> [f64; 2] {
+        let small = count(&w.name, w.n, counter, run);
+        let large = count(&w.name, 2 * w.n, counter, run);
+        [0, 1].map(|i| (large[i] as f64 - small[i] as f64) / w.n as f64)
+    };
+    let median = |mut values: Vec<f64>| -> f64 {
+        values.sort_by(f64::total_cmp);
+        values.get(values.len() / 2).copied().unwrap_or(0.0)
     };
     let rows: Vec<Row> = workloads
         .iter()
@@ -396,13 +504,31 @@ pub(crate) fn instructions(args: &[String]) -> ExitCode {
             label: w.label(),
             name: w.name.clone(),
             n: w.n,
-            instructions: per_call(w, Counter::Instructions),
-            allocations: per_call(w, Counter::Allocations),
+            instructions: median(
+                (0..runs)
+                    .map(|r| per_call(w, Counter::Instructions, r)[0])
+                    .collect(),
+            ),
+            spread: {
+                let all: Vec<f64> = (0..runs)
+                    .map(|r| per_call(w, Counter::Instructions, r)[0])
+                    .collect();
+                all.iter().copied().fold(f64::MIN, f64::max)
+                    - all.iter().copied().fold(f64::MAX, f64::min)
+            },
+            in_allocator: median(
+                (0..runs)
+                    .map(|r| per_call(w, Counter::Instructions, r)[1])
+                    .collect(),
+            ),
+            allocations: per_call(w, Counter::Allocations, 0)[0],
         })
         .collect();
     print!("{}", render(&rows));
     println!(
-        "\nper call = (count(2n) - count(n)) / n; instructions: callgrind `Ir`; \
+        "\nper call = (count(2n) - count(n)) / n; instructions: callgrind `Ir`, median of \
+         {runs} runs (spread: largest - smallest); of which malloc/free: the inclusive \
+         cost of calls into the allocator, the part that varies between runs; \
          allocations: memcheck's heap blocks (reallocs count)\nout files in {} \
          (`callgrind_annotate --inclusive=yes <file>`); {} in {}",
         dir.display(),
@@ -418,9 +544,9 @@ fn render(rows: &[Row]) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "\n| workload | instructions/call | allocations/call | ratio to floor |"
+        "\n| workload | instructions/call | spread | of which malloc/free | allocations/call | ratio to floor |"
     );
-    let _ = writeln!(out, "|---|---:|---:|---:|");
+    let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|");
     for row in rows {
         let ratio = floor.filter(|f| f.instructions > 0.0).map_or_else(
             || "-".to_owned(),
@@ -428,9 +554,11 @@ fn render(rows: &[Row]) -> String {
         );
         let _ = writeln!(
             out,
-            "| {} | {} | {:.1} | {ratio} |",
+            "| {} | {} | {} | {} | {:.1} | {ratio} |",
             row.label,
             thousands(row.instructions),
+            thousands(row.spread),
+            thousands(row.in_allocator),
             row.allocations
         );
     }
@@ -506,6 +634,39 @@ mod tests {
     }
 
     #[test]
+    fn sums_the_calls_into_the_allocator() {
+        let text = "events: Ir\n\
+            fn=(1) main\n\
+            3 10\n\
+            cfn=(2) malloc\n\
+            calls=2 0\n\
+            4 300\n\
+            cfn=(3) work\n\
+            calls=1 0\n\
+            5 1000\n\
+            fn=(3)\n\
+            6 50\n\
+            cfn=(4) free\n\
+            calls=1 0\n\
+            +1 120\n\
+            cfn=(2)\n\
+            calls=1 0\n\
+            * 80\n\
+            fn=(4)\n\
+            cfn=(5) _int_free\n\
+            calls=1 0\n\
+            7 90\n\
+            fn=(2)\n\
+            cfn=(4)\n\
+            calls=1 0\n\
+            8 40\n\
+            totals: 1360\n";
+        // main -> malloc (300), work -> free (120), work -> malloc (80); not
+        // free -> _int_free nor malloc -> free (inside the allocator).
+        assert_eq!(allocator_cost(text), 500);
+    }
+
+    #[test]
     fn reads_memcheck_allocs() {
         let log = "==1== HEAP SUMMARY:\n==1==     in use at exit: 0 bytes in 0 blocks\n\
                    ==1==   total heap usage: 12,345 allocs, 12,340 frees, 1,000 bytes allocated\n";
@@ -527,6 +688,11 @@ mod tests {
         let names: Vec<_> = picked.iter().map(|w| (w.name.as_str(), w.n)).collect();
         assert_eq!(names, [("floor", 1000), ("seq", 50), ("par", 1000)]);
         assert!(parse_workloads(&["warp".to_owned()]).is_err());
+        let (picked, runs) =
+            parse_args(&["--runs".to_owned(), "5".to_owned(), "nested".to_owned()])
+                .unwrap_or_default();
+        assert_eq!((picked.len(), runs), (2, 5));
+        assert!(parse_args(&["--runs".to_owned(), "0".to_owned()]).is_err());
         assert!(parse_workloads(&["seq=0".to_owned()]).is_err());
     }
 

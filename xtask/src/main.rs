@@ -24,7 +24,7 @@ commands:
                  naming steps runs only those (`cargo xtask ci clippy tests`)
   bench [ARGS]   cargo bench --workspace over the bench targets; ARGS are
                  passed to cargo bench (after `--`: to the bench binaries)
-  bench --instructions [WORKLOAD[=N]...]
+  bench --instructions [--runs K] [WORKLOAD[=N]...]
                  instructions (callgrind) and heap allocations (memcheck) per
                  tool call of the agent-loop workloads, beside the floor (the
                  argument check, parse and tool no harness can avoid); each
@@ -32,7 +32,8 @@ commands:
                  divided by N. Workloads: floor (1000), floor-registry
                  (1000: the floor checking with RegisteredTool::validate),
                  seq (400), par (1000), nested (1000), stack (400: seq with
-                 10 middlewares). Needs valgrind (or VALGRIND=/path/to/it)
+                 10 middlewares). Instructions are the median of K (3)
+                 callgrind runs. Needs valgrind (or VALGRIND=/path/to/it)
   help           this text";
 
 /// cargo-deny release known to build with the pinned toolchain (1.95).

@@ -87,60 +87,216 @@ impl RunId {
 
 /// The id of one tool call inside a run: `p<k>` for the k-th call the model
 /// issued, and `<parent>/<n>` for the n-th nested call of a parent.
-#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct CallId(Arc<str>);
+///
+/// Ids of up to 22 bytes (every `p<k>`, and nested ids a few levels deep)
+/// are kept inline: making, cloning and dropping one allocates nothing and
+/// touches no reference count. Longer ids are shared (`Arc<str>`).
+#[derive(Clone)]
+pub struct CallId(Repr);
+
+/// The longest id kept inline.
+const INLINE: usize = 22;
+
+/// A call id's text. Canonical: an id of at most [`INLINE`] bytes is always
+/// `Inline`, so equal ids have equal representations. `Inline` bytes are
+/// always UTF-8: they are copied from a `str`, cut from one at an ASCII
+/// `/`, or written as `p`, `/` and ASCII digits.
+#[derive(Clone)]
+enum Repr {
+    Inline { len: u8, bytes: [u8; INLINE] },
+    Shared(Arc<str>),
+}
+
+/// The decimal digits of `n`, right-aligned in a buffer; `.1` is where
+/// they start.
+fn decimal(mut n: u64) -> ([u8; 20], usize) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            return (digits, at);
+        }
+    }
+}
 
 impl CallId {
+    /// An id of at most [`INLINE`] bytes made of `parts`, one after another.
+    fn inline(parts: &[&[u8]]) -> Self {
+        let mut bytes = [0u8; INLINE];
+        let mut len = 0;
+        for part in parts {
+            bytes[len..len + part.len()].copy_from_slice(part);
+            len += part.len();
+        }
+        Self(Repr::Inline {
+            len: len as u8,
+            bytes,
+        })
+    }
+
+    /// The id whose text is `id`.
+    fn from_text(id: &str) -> Self {
+        if id.len() <= INLINE {
+            Self::inline(&[id.as_bytes()])
+        } else {
+            Self(Repr::Shared(Arc::from(id)))
+        }
+    }
+
+    /// The id's text as bytes.
+    fn bytes(&self) -> &[u8] {
+        match &self.0 {
+            Repr::Inline { len, bytes } => &bytes[..usize::from(*len)],
+            Repr::Shared(text) => text.as_bytes(),
+        }
+    }
+
     /// The id of the `index`-th model-issued call of a run (1-based): `p<index>`.
     pub fn model(index: u64) -> Self {
-        Self(Arc::from(format!("p{index}")))
+        let (digits, start) = decimal(index);
+        let digits = &digits[start..];
+        // `p` and at most 20 digits: always inline.
+        let mut bytes = [0u8; INLINE];
+        bytes[0] = b'p';
+        bytes[1..=digits.len()].copy_from_slice(digits);
+        Self(Repr::Inline {
+            len: digits.len() as u8 + 1,
+            bytes,
+        })
     }
 
     /// Wraps an id read back from storage or written by hand.
     pub fn new(id: impl AsRef<str>) -> Self {
-        Self(Arc::from(id.as_ref()))
+        Self::from_text(id.as_ref())
     }
 
     /// The id of this call's `n`-th nested call (n counts from 1): `<self>/<n>`.
     pub fn child(&self, n: u32) -> Self {
-        Self(Arc::from(format!("{}/{n}", self.0)))
+        let (digits, start) = decimal(u64::from(n));
+        let digits = &digits[start..];
+        let parent = self.bytes();
+        if parent.len() + 1 + digits.len() <= INLINE {
+            return Self::inline(&[parent, b"/", digits]);
+        }
+        let mut text = String::with_capacity(parent.len() + 1 + digits.len());
+        text.push_str(self.as_str());
+        text.push('/');
+        // ASCII digits.
+        text.extend(digits.iter().map(|d| char::from(*d)));
+        Self(Repr::Shared(Arc::from(text)))
     }
 
     /// The immediate parent of a nested call, `None` for a model-issued call.
     pub fn parent(&self) -> Option<Self> {
-        self.0
-            .rfind('/')
-            .map(|slash| Self(Arc::from(&self.0[..slash])))
+        let bytes = self.bytes();
+        let slash = bytes.iter().rposition(|b| *b == b'/')?;
+        Some(if slash <= INLINE {
+            // A prefix cut at an ASCII byte is UTF-8.
+            Self::inline(&[&bytes[..slash]])
+        } else {
+            Self(Repr::Shared(Arc::from(&self.as_str()[..slash])))
+        })
     }
 
     /// The nesting level: 0 for a call the model issued, 1 for what its tool
     /// calls, and so on.
     pub fn depth(&self) -> u32 {
         // A call id is a short path; its segment count always fits in u32.
-        u32::try_from(self.0.bytes().filter(|b| *b == b'/').count()).unwrap_or(u32::MAX)
+        u32::try_from(self.bytes().iter().filter(|b| **b == b'/').count()).unwrap_or(u32::MAX)
     }
 
     /// Whether this id names a nested call.
     pub fn is_nested(&self) -> bool {
-        self.0.contains('/')
+        self.bytes().contains(&b'/')
+    }
+
+    /// Whether this id names a call nested, at any depth, under `ancestor`
+    /// (`p1/2` and `p1/2/1` under `p1`; not `p1` itself, nor `p10/1`).
+    pub fn is_descendant_of(&self, ancestor: &CallId) -> bool {
+        self.bytes()
+            .strip_prefix(ancestor.bytes())
+            .is_some_and(|rest| rest.first() == Some(&b'/'))
     }
 
     /// The id as text.
     pub fn as_str(&self) -> &str {
-        &self.0
+        match &self.0 {
+            // Inline bytes are UTF-8 (see `Repr`): the fallback is never taken.
+            Repr::Inline { len, bytes } => {
+                std::str::from_utf8(&bytes[..usize::from(*len)]).unwrap_or_default()
+            }
+            Repr::Shared(text) => text,
+        }
+    }
+}
+
+impl PartialEq for CallId {
+    fn eq(&self, other: &Self) -> bool {
+        self.bytes() == other.bytes()
+    }
+}
+
+impl Eq for CallId {}
+
+impl std::hash::Hash for CallId {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        // As `str` hashes its text.
+        state.write(self.bytes());
+        state.write_u8(0xff);
+    }
+}
+
+impl PartialOrd for CallId {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for CallId {
+    /// The order of the ids' text (bytewise, as `str` orders).
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.bytes().cmp(other.bytes())
+    }
+}
+
+impl Serialize for CallId {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for CallId {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Text;
+
+        impl serde::de::Visitor<'_> for Text {
+            type Value = CallId;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a call id")
+            }
+
+            fn visit_str<E: serde::de::Error>(self, id: &str) -> Result<CallId, E> {
+                Ok(CallId::from_text(id))
+            }
+        }
+
+        deserializer.deserialize_str(Text)
     }
 }
 
 impl fmt::Display for CallId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+        f.write_str(self.as_str())
     }
 }
 
 impl fmt::Debug for CallId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "CallId({:?})", &*self.0)
+        write!(f, "CallId({:?})", self.as_str())
     }
 }
 
@@ -166,6 +322,86 @@ mod tests {
         assert_eq!(nested.parent(), Some(CallId::new("p1/1")));
         assert!(nested.is_nested());
         assert!(!p1.is_nested());
+        assert!(nested.is_descendant_of(&p1));
+        assert!(nested.is_descendant_of(&p1.child(1)));
+        assert!(!nested.is_descendant_of(&nested));
+        assert!(!p1.is_descendant_of(&p1));
+        assert!(!CallId::model(10).child(1).is_descendant_of(&p1));
+        assert!(!p1.is_descendant_of(&nested));
+    }
+
+    #[test]
+    fn call_ids_are_the_same_however_made() {
+        use std::collections::hash_map::DefaultHasher;
+        use std::hash::{Hash, Hasher};
+        let hash = |id: &CallId| {
+            let mut h = DefaultHasher::new();
+            id.hash(&mut h);
+            h.finish()
+        };
+        let made = CallId::model(12).child(3);
+        let parsed = CallId::new("p12/3");
+        assert_eq!(made, parsed);
+        assert_eq!(hash(&made), hash(&parsed));
+        assert_eq!(CallId::model(u64::MAX).as_str(), "p18446744073709551615");
+        assert_eq!(CallId::model(0).as_str(), "p0");
+        // Past the inline length: shared, and still equal to a parsed copy.
+        let mut long = CallId::model(123_456_789);
+        let mut text = String::from("p123456789");
+        for n in [4_000_000_000u32, 7, 1, 99] {
+            long = long.child(n);
+            text.push_str(&format!("/{n}"));
+            assert_eq!(long.as_str(), text);
+            assert_eq!(long, CallId::new(&text));
+            assert_eq!(hash(&long), hash(&CallId::new(&text)));
+        }
+        assert_eq!(long.depth(), 4);
+        let parent = long.parent();
+        assert_eq!(
+            parent.as_ref().map(CallId::as_str),
+            Some("p123456789/4000000000/7/1")
+        );
+        assert_eq!(
+            parent.as_ref().and_then(CallId::parent),
+            Some(CallId::new("p123456789/4000000000/7"))
+        );
+        // Non-ASCII text written by hand survives both representations.
+        for text in ["é/1", "ééééééééééééééééééééé/2"] {
+            let id = CallId::new(text);
+            assert_eq!(id.as_str(), text);
+            assert_eq!(id.depth(), 1);
+            assert_eq!(id.parent().map(|p| p.as_str().len()), text.find('/'));
+        }
+    }
+
+    #[test]
+    fn call_ids_order_and_serialize_as_text() {
+        let mut ids = vec![
+            CallId::new("p2"),
+            CallId::model(10),
+            CallId::model(1).child(1),
+            CallId::new("p1"),
+            CallId::new("p1/1/1/1/1/1/1/1/1/1/1/1/1"),
+        ];
+        ids.sort();
+        let texts: Vec<&str> = ids.iter().map(CallId::as_str).collect();
+        let mut expected = texts.clone();
+        expected.sort_unstable();
+        assert_eq!(texts, expected);
+        for id in &ids {
+            let json = serde_json::to_string(id).unwrap_or_default();
+            assert_eq!(json, format!("\"{}\"", id.as_str()));
+            let back: CallId = serde_json::from_str(&json).unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(&back, id);
+            let from_value: CallId = serde_json::from_value(serde_json::json!(id.as_str()))
+                .unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(&from_value, id);
+            assert_eq!(format!("{id:?}"), format!("CallId({:?})", id.as_str()));
+        }
+        let keyed: std::collections::HashMap<CallId, u8> =
+            serde_json::from_str(r#"{"p1/2": 1}"#).unwrap_or_default();
+        assert_eq!(keyed.get(&CallId::model(1).child(2)), Some(&1));
+        assert!(serde_json::from_str::<CallId>("12").is_err());
     }
 
     #[test]
