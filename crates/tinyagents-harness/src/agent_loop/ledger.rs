@@ -304,15 +304,17 @@ impl AgentHarness {
         options: ResumeOptions,
         events: &EventSink,
     ) -> Result<AgentRun, TinyAgentsError> {
-        let result = self.recover_run(run_id, options, events).await;
-        super::report_failure(events, result).await
+        // Issue 10 item 8: `restore` bounds the sink; failures are reported on it.
+        let mut events = events.clone();
+        let result = self.recover_run(run_id, options, &mut events).await;
+        super::report_failure(&events, result).await
     }
 
     async fn recover_run(
         &self,
         run_id: &RunId,
         options: ResumeOptions,
-        events: &EventSink,
+        events: &mut EventSink, // Issue 10 item 8: `restore` bounds it.
     ) -> Result<AgentRun, TinyAgentsError> {
         let Some(ledger) = &self.ledger else {
             return Err(TinyAgentsError::Config(
@@ -332,6 +334,7 @@ impl AgentHarness {
         saved.check_format()?;
         let blocked = saved.replay_blocked.clone();
         let (mut ctx, mut state) = self.restore(saved, options, events);
+        let events = &*events; // Issue 10 item 8
         // Calls issued after a checkpoint that was lost keep their rows; new
         // calls number on after every id the ledger has seen, so a different
         // call never reuses one.
@@ -374,7 +377,7 @@ impl AgentHarness {
         &self,
         saved: SuspendedRun,
         options: ResumeOptions,
-        events: &EventSink,
+        events: &mut EventSink, // Issue 10 item 8: bounded here.
     ) -> (RunContext, State) {
         let limits = self.limits.clone();
         let tracker = Arc::new(LimitTracker::restore(&limits, saved.budget));
@@ -388,6 +391,8 @@ impl AgentHarness {
         ctx.capture = self.capture;
         ctx.properties = Arc::new(saved.properties);
         ctx.extensions.insert(Arc::clone(&self.tools));
+        // Issue 10 item 8: the run's events give way to its cancellation and wall clock.
+        *events = events.bounded_by(&ctx);
         self.share_with_tools(&mut ctx, events);
         (ctx, saved.state)
     }

@@ -85,6 +85,8 @@ impl AgentHarness {
         events: &EventSink,
     ) -> Result<AgentRun, TinyAgentsError> {
         let (mut ctx, mut state) = self.prepare(request);
+        // Issue 10 item 8: the run's events give way to its cancellation and wall clock.
+        let events = &events.bounded_by(&ctx);
         if ctx.depth > ctx.limits.max_depth {
             let refused = Err(TinyAgentsError::LimitExceeded {
                 kind: tinyagents_core::LimitKind::Depth,

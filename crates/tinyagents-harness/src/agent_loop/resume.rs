@@ -56,10 +56,12 @@ impl AgentHarness {
         options: ResumeOptions,
         events: &EventSink,
     ) -> Result<AgentRun, TinyAgentsError> {
+        // Issue 10 item 8: `restore` bounds the sink; failures are reported on it.
+        let mut events = events.clone();
         let result = self
-            .resume_segment(suspended, decisions, options, events)
+            .resume_segment(suspended, decisions, options, &mut events)
             .await;
-        super::report_failure(events, result).await
+        super::report_failure(&events, result).await
     }
 
     async fn resume_segment(
@@ -67,7 +69,7 @@ impl AgentHarness {
         mut suspended: SuspendedRun,
         decisions: &[ApprovalDecision],
         options: ResumeOptions,
-        events: &EventSink,
+        events: &mut EventSink, // Issue 10 item 8: `restore` bounds it.
     ) -> Result<AgentRun, TinyAgentsError> {
         suspended.check_format()?;
         for pending in suspended.pending() {
@@ -80,6 +82,7 @@ impl AgentHarness {
         }
         let turn = std::mem::take(&mut suspended.turn);
         let (mut ctx, mut state) = self.restore(suspended, options, events);
+        let events = &*events; // Issue 10 item 8
         let mut acc = RunAcc::default();
         let assistant_text = state.last_assistant_text().unwrap_or_default().to_owned();
         let mut slots = Vec::with_capacity(turn.len());
