@@ -33,6 +33,7 @@ pub struct AgentHarness {
     pub(crate) detailed_errors: bool,
     pub(crate) ledger: Option<Arc<dyn EffectLedger>>,
     pub(crate) ledger_failure: LedgerFailure,
+    pub(crate) event_buffer: usize,
 }
 
 impl std::fmt::Debug for AgentHarness {
@@ -67,6 +68,7 @@ impl AgentHarness {
             detailed_errors: true,
             ledger: None,
             ledger_failure: LedgerFailure::Abort,
+            event_buffer: crate::handle::DEFAULT_EVENT_BUFFER,
         }
     }
 
@@ -78,6 +80,12 @@ impl AgentHarness {
     /// The registry.
     pub fn tools(&self) -> &ToolRegistry {
         &self.tools
+    }
+
+    /// How many events a run started with [`AgentHarness::start`] buffers
+    /// (see [`AgentHarnessBuilder::event_buffer`]).
+    pub fn event_buffer(&self) -> usize {
+        self.event_buffer
     }
 
     /// The agent this harness runs, if named.
@@ -122,6 +130,7 @@ pub struct AgentHarnessBuilder {
     detailed_errors: bool,
     ledger: Option<Arc<dyn EffectLedger>>,
     ledger_failure: LedgerFailure,
+    event_buffer: usize,
 }
 
 impl std::fmt::Debug for AgentHarnessBuilder {
@@ -250,6 +259,17 @@ impl AgentHarnessBuilder {
         self
     }
 
+    /// How many events a run started with [`AgentHarness::start`] buffers
+    /// (at least 1; [`DEFAULT_EVENT_BUFFER`](crate::DEFAULT_EVENT_BUFFER)
+    /// unless set): the capacity of the channel between the run and its
+    /// [`RunHandle`](crate::RunHandle), and how many events the handle keeps
+    /// while [`RunHandle::wait`](crate::RunHandle::wait) drives the run.
+    #[must_use]
+    pub fn event_buffer(mut self, capacity: usize) -> Self {
+        self.event_buffer = capacity.max(1);
+        self
+    }
+
     /// Names the agent.
     #[must_use]
     pub fn agent_id(mut self, id: AgentId) -> Self {
@@ -298,6 +318,7 @@ impl AgentHarnessBuilder {
             detailed_errors: self.detailed_errors,
             ledger: self.ledger,
             ledger_failure: self.ledger_failure,
+            event_buffer: self.event_buffer,
         })
     }
 }

@@ -13,6 +13,14 @@
 //! contained: an error or a panic refuses or fails, naming who, and never
 //! unwinds the run.
 //!
+//! A slow event reader slows the run down (back-pressure), but a stalled one
+//! cannot hang it: once the run is cancelled or out of wall clock, an event
+//! that finds the buffer full waits at most [`STALLED_READER_GRACE`] for a
+//! reader that has stopped reading, then is dropped and counted
+//! ([`EventSink::dropped_events`]). [`AgentHarness::start`] returns a
+//! [`RunHandle`], the stream of a run's events and the future of its result
+//! in one value, for hosts that read events and await the run on one task.
+//!
 //! It is not a model provider (`tinyagents-models`), a tool library
 //! (`tinytools`), or a policy (`tinyagents-middleware`): it drives them.
 //!
@@ -21,12 +29,14 @@
 mod agent_loop;
 mod call;
 mod events;
+mod handle;
 mod harness;
 mod run;
 mod tool;
 
 pub use agent_loop::ResumeOptions;
-pub use events::{EventReceiver, EventSink, event_channel};
+pub use events::{EventReceiver, EventSink, STALLED_READER_GRACE, event_channel};
+pub use handle::{DEFAULT_EVENT_BUFFER, RunHandle, RunHandleFuture};
 pub use harness::{AgentHarness, AgentHarnessBuilder};
 pub use run::{
     AgentRun, ApprovalDecision, PendingCall, RunRequest, SUSPENDED_RUN_FORMAT, SuspendedRun,

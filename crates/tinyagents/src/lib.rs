@@ -74,7 +74,9 @@ pub mod prelude {
         AgentEvent, CallId, ChatModel, ChatResponse, LimitBehavior, Message, PayloadCapture,
         RunLimits, RunStatus, TinyAgentsError, ToolCall, ToolControl, ToolResult,
     };
-    pub use tinyagents_harness::{AgentHarness, AgentRun, EventSink, RunRequest, event_channel};
+    pub use tinyagents_harness::{
+        AgentHarness, AgentRun, EventSink, RunHandle, RunRequest, event_channel,
+    };
     pub use tinyagents_middleware::{Middleware, SecurityGate, ToolMiddleware, ToolVerdict};
     pub use tinyagents_models::ScriptedModel;
     pub use tinytools::{FnTool, Tool, ToolCallOptions, ToolRunContext, ToolSpec};

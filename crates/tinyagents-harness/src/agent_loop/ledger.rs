@@ -289,15 +289,17 @@ impl AgentHarness {
         options: ResumeOptions,
         events: &EventSink,
     ) -> Result<AgentRun, TinyAgentsError> {
-        let result = self.recover_run(run_id, options, events).await;
-        super::report_failure(events, result).await
+        // Once the run is open, its failure is reported on its bounded sink.
+        let mut events = events.clone();
+        let result = self.recover_run(run_id, options, &mut events).await;
+        super::report_failure(&events, result).await
     }
 
     async fn recover_run(
         &self,
         run_id: &RunId,
         options: ResumeOptions,
-        events: &EventSink,
+        events: &mut EventSink,
     ) -> Result<AgentRun, TinyAgentsError> {
         let Some(ledger) = &self.ledger else {
             return Err(TinyAgentsError::Config(
@@ -338,6 +340,7 @@ impl AgentHarness {
             _ => None,
         };
         let mut run = self.open(ctx, state, events);
+        *events = run.sink().clone();
         let Some(calls) = open_calls else {
             return run.drive().await;
         };

@@ -123,6 +123,8 @@ impl AgentHarness {
 
     /// Opens a run segment over a prepared context and state.
     pub(crate) fn open<'h>(&'h self, ctx: RunContext, state: State, events: &EventSink) -> Run<'h> {
+        // The run's events give way to its cancellation and wall clock.
+        let events = &events.bounded_by(&ctx);
         let shared = Arc::new(RunShared {
             run_id: ctx.run_id.clone(),
             agent_id: ctx.agent_id.clone(),

@@ -101,10 +101,12 @@ impl AgentHarness {
         options: ResumeOptions,
         events: &EventSink,
     ) -> Result<AgentRun, TinyAgentsError> {
+        // Once the run is open, its failure is reported on its bounded sink.
+        let mut events = events.clone();
         let result = self
-            .resume_segment(suspended, decisions, options, events)
+            .resume_segment(suspended, decisions, options, &mut events)
             .await;
-        super::report_failure(events, result).await
+        super::report_failure(&events, result).await
     }
 
     async fn resume_segment(
@@ -112,7 +114,7 @@ impl AgentHarness {
         mut suspended: SuspendedRun,
         decisions: &[ApprovalDecision],
         options: ResumeOptions,
-        events: &EventSink,
+        events: &mut EventSink,
     ) -> Result<AgentRun, TinyAgentsError> {
         suspended.check_format()?;
         for pending in suspended.pending() {
@@ -126,6 +128,7 @@ impl AgentHarness {
         let turn = std::mem::take(&mut suspended.turn);
         let (ctx, state) = self.restore(suspended, options);
         let mut run = self.open(ctx, state, events);
+        *events = run.sink().clone();
         let mut slots = Vec::with_capacity(turn.len());
         for entry in turn {
             let slot = match entry {
