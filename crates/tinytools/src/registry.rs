@@ -78,6 +78,11 @@ impl RegisteredTool {
     /// names the first problem's JSON pointer, the schema keyword it broke
     /// and what the schema expects there; it never quotes the arguments.
     pub fn validate(&self, args: &Value) -> Result<(), ArgumentError> {
+        // The common case allocates nothing; the error iterator is built
+        // only to describe a failure.
+        if self.validator.is_valid(args) {
+            return Ok(());
+        }
         let Some(error) = self.validator.iter_errors(args).next() else {
             return Ok(());
         };

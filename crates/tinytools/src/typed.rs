@@ -3,7 +3,6 @@
 
 use std::future::Future;
 use std::marker::PhantomData;
-use std::pin::Pin;
 
 use async_trait::async_trait;
 use schemars::JsonSchema;
@@ -47,12 +46,16 @@ impl IntoToolResult for Value {
     }
 }
 
-type BoxedResult = Pin<Box<dyn Future<Output = anyhow::Result<ToolResult>> + Send>>;
-
-/// How a [`FnTool`] calls its function.
+/// How a [`FnTool`] calls its function. Its future is awaited inside the
+/// tool's own (boxed) future, so a call boxes once.
 pub trait ToolHandler<A>: Send + Sync + 'static {
+    /// What the function returns.
+    type Output: IntoToolResult;
+    /// The function's future.
+    type Future: Future<Output = anyhow::Result<Self::Output>> + Send;
+
     /// Calls the function.
-    fn call(&self, args: A, context: Option<&ToolRunContext>) -> BoxedResult;
+    fn call(&self, args: A, context: Option<&ToolRunContext>) -> Self::Future;
 }
 
 /// A function of the arguments only.
@@ -69,9 +72,11 @@ where
     Fut: Future<Output = anyhow::Result<R>> + Send + 'static,
     R: IntoToolResult,
 {
-    fn call(&self, args: A, _context: Option<&ToolRunContext>) -> BoxedResult {
-        let future = (self.0)(args);
-        Box::pin(async move { future.await.map(IntoToolResult::into_tool_result) })
+    type Output = R;
+    type Future = Fut;
+
+    fn call(&self, args: A, _context: Option<&ToolRunContext>) -> Fut {
+        (self.0)(args)
     }
 }
 
@@ -81,9 +86,11 @@ where
     Fut: Future<Output = anyhow::Result<R>> + Send + 'static,
     R: IntoToolResult,
 {
-    fn call(&self, args: A, context: Option<&ToolRunContext>) -> BoxedResult {
-        let future = (self.0)(args, context.cloned());
-        Box::pin(async move { future.await.map(IntoToolResult::into_tool_result) })
+    type Output = R;
+    type Future = Fut;
+
+    fn call(&self, args: A, context: Option<&ToolRunContext>) -> Fut {
+        (self.0)(args, context.cloned())
     }
 }
 
@@ -194,6 +201,9 @@ where
                 )));
             }
         };
-        self.handler.call(parsed, context).await
+        self.handler
+            .call(parsed, context)
+            .await
+            .map(IntoToolResult::into_tool_result)
     }
 }

@@ -1,8 +1,9 @@
 //! Execution of a turn's admitted calls: consecutive concurrency-safe calls
 //! run together, polled by the loop's own task (so it can service their
 //! nested calls while borrowing the run); any other call runs alone.
-//! Cancellation stops the batch.
+//! Cancellation stops the batch. Each call's outcome is left in its slot.
 
+use std::future::Future;
 use std::sync::Arc;
 
 use futures_util::future::BoxFuture;
@@ -16,13 +17,14 @@ use super::nested::{NestedRequest, NestedRunner};
 use super::turn::Slot;
 use crate::call::{CallOutcome, CallSite};
 
-/// An admitted call of a turn: its slot, the call (the slot's, lent so
-/// its arguments can be moved into the execution), its tool and its
-/// idempotency key's hash (when a ledger recorded its start).
-type Runnable<'a> = (usize, &'a mut ToolCall, &'a RegisteredTool, Option<&'a str>);
-
 /// A call of a batch as it runs: its slot, the call, its tool, its hash.
 type Work<'a> = (usize, ToolCall, &'a RegisteredTool, Option<&'a str>);
+
+/// The runner of a turn's nested calls and the end the loop services.
+type Nested<'a> = Option<(
+    &'a Arc<NestedRunner>,
+    &'a mut mpsc::UnboundedReceiver<NestedRequest>,
+)>;
 
 /// What finished in a batch: a call of the batch, or a nested call.
 enum Done {
@@ -31,12 +33,97 @@ enum Done {
 }
 
 impl Run<'_> {
-    /// Runs the admitted calls of a turn. The result has one entry per slot;
-    /// `None` for slots that are not admitted calls, and for admitted calls
-    /// that never started because the run was cancelled.
-    pub(crate) async fn execute_turn(&self, slots: &mut [Slot<'_>]) -> Vec<Option<CallOutcome>> {
-        let mut outcomes: Vec<Option<CallOutcome>> = slots.iter().map(|_| None).collect();
-        let mut runnable: Vec<Runnable<'_>> = slots
+    /// Runs the admitted calls of a turn, leaving each one's outcome in its
+    /// slot (none for a call that never started because the run was
+    /// cancelled).
+    pub(crate) async fn execute_turn(&self, slots: &mut [Slot<'_>]) {
+        let nesting = self.ctx.limits.max_nested_depth() > 0;
+        let runnable = slots
+            .iter()
+            .filter(|slot| matches!(slot, Slot::Run { .. }))
+            .count();
+        if runnable == 1 && !nesting {
+            // The common turn: one call and no nested calls to service.
+            if let Some(slot) = slots.iter_mut().find(|s| matches!(s, Slot::Run { .. })) {
+                self.run_alone(slot).await;
+            }
+            return;
+        }
+        let mut nested = nesting
+            .then(|| NestedRunner::new(self.events.clone(), self.ctx.cancellation().clone()));
+        let harness = self.harness;
+        let mut start = 0;
+        while start < slots.len() && !self.ctx.is_cancelled() {
+            // A batch: the next admitted call, and the concurrency-safe ones
+            // right after it when it is one (other slots do not split it).
+            let Some(first) = slots[start..]
+                .iter()
+                .position(|s| matches!(s, Slot::Run { .. }))
+                .map(|i| start + i)
+            else {
+                break;
+            };
+            let mut end = first + 1;
+            if slots[first].runs_shared(harness) {
+                while end < slots.len()
+                    && (!matches!(slots[end], Slot::Run { .. }) || slots[end].runs_shared(harness))
+                {
+                    end += 1;
+                }
+            }
+            let channel = nested.as_mut().map(|(runner, rx)| (&*runner, rx));
+            if self.run_batch(&mut slots[first..end], channel).await {
+                break;
+            }
+            start = end;
+        }
+    }
+
+    /// Runs one call in place: no `FuturesUnordered`, no box.
+    async fn run_alone(&self, slot: &mut Slot<'_>) {
+        let Slot::Run {
+            call,
+            entry,
+            args_hash,
+            outcome,
+        } = slot
+        else {
+            return;
+        };
+        self.events.started(call).await;
+        let runs = self.call_to_run(call);
+        let run = self.run_one(runs, entry, args_hash.as_deref(), None);
+        *outcome = Some(match first_or_cancelled(run, &self.ctx).await {
+            Some(done) => done,
+            None => CallOutcome::cancelled(&call.name),
+        });
+    }
+
+    /// What a call runs with. The fold needs a call's arguments only for
+    /// `after_tool`, so without middlewares they move into the tool.
+    fn call_to_run(&self, call: &mut ToolCall) -> ToolCall {
+        if self.harness.middlewares.is_empty() {
+            ToolCall {
+                id: call.id.clone(),
+                provider_id: None,
+                name: call.name.clone(),
+                arguments: std::mem::take(&mut call.arguments),
+                raw_arguments: None,
+            }
+        } else {
+            call.clone()
+        }
+    }
+
+    /// Runs one batch, servicing the nested calls its tools make; `true`
+    /// when the run was cancelled during it.
+    async fn run_batch(&self, slots: &mut [Slot<'_>], nested: Nested<'_>) -> bool {
+        for slot in slots.iter() {
+            if let Slot::Run { call, .. } = slot {
+                self.events.started(call).await;
+            }
+        }
+        let work: Vec<Work<'_>> = slots
             .iter_mut()
             .enumerate()
             .filter_map(|(i, slot)| match slot {
@@ -44,102 +131,12 @@ impl Run<'_> {
                     call,
                     entry,
                     args_hash,
-                } => Some((i, call, *entry, args_hash.as_deref())),
+                    ..
+                } => Some((i, self.call_to_run(call), *entry, args_hash.as_deref())),
                 _ => None,
             })
             .collect();
-        let mut nested = (self.ctx.limits.max_nested_depth() > 0)
-            .then(|| NestedRunner::new(self.events.clone(), self.ctx.cancellation().clone()));
-        let harness = self.harness;
-        let mut start = 0;
-        while start < runnable.len() && !self.ctx.is_cancelled() {
-            let mut end = start + 1;
-            if harness.runs_shared(runnable[start].2) {
-                while end < runnable.len() && harness.runs_shared(runnable[end].2) {
-                    end += 1;
-                }
-            }
-            let batch = &mut runnable[start..end];
-            let channel = nested.as_mut().map(|(runner, rx)| (&*runner, rx));
-            if self.run_batch(batch, &mut outcomes, channel).await {
-                break;
-            }
-            start = end;
-        }
-        outcomes
-    }
-
-    /// Runs one batch, servicing the nested calls its tools make; `true`
-    /// when the run was cancelled during it.
-    async fn run_batch(
-        &self,
-        batch: &mut [Runnable<'_>],
-        outcomes: &mut [Option<CallOutcome>],
-        nested: Option<(
-            &Arc<NestedRunner>,
-            &mut mpsc::UnboundedReceiver<NestedRequest>,
-        )>,
-    ) -> bool {
-        for (_, call, _, _) in batch.iter() {
-            self.events.started(call).await;
-        }
-        // What each call runs with. The fold needs a call's arguments only
-        // for `after_tool`, so without middlewares they move into the tool.
-        let keep_arguments = !self.harness.middlewares.is_empty();
-        let mut work: Vec<Work<'_>> = batch
-            .iter_mut()
-            .map(|(index, call, entry, args_hash)| {
-                let runs = if keep_arguments {
-                    (**call).clone()
-                } else {
-                    ToolCall {
-                        id: call.id.clone(),
-                        provider_id: None,
-                        name: call.name.clone(),
-                        arguments: std::mem::take(&mut call.arguments),
-                        raw_arguments: None,
-                    }
-                };
-                (*index, runs, *entry, *args_hash)
-            })
-            .collect();
-        let Some((runner, rx)) = nested else {
-            if let [_] = work.as_slice()
-                && let Some((index, call, entry, args_hash)) = work.pop()
-            {
-                // One call and no nested calls to service: run it in place.
-                let run = self.run_one(call, entry, args_hash, None);
-                let cancelled = tokio::select! {
-                    biased;
-                    () = self.ctx.cancellation().cancelled() => true,
-                    outcome = run => {
-                        outcomes[index] = Some(outcome);
-                        false
-                    }
-                };
-                if cancelled {
-                    outcomes[index] = Some(CallOutcome::cancelled(&batch[0].1.name));
-                }
-                return cancelled;
-            }
-            return self.run_together(batch, work, outcomes, None).await;
-        };
-        self.run_together(batch, work, outcomes, Some((runner, rx)))
-            .await
-    }
-
-    /// Runs a batch's calls together in one `FuturesUnordered`, with the
-    /// nested requests their tools make.
-    async fn run_together(
-        &self,
-        batch: &[Runnable<'_>],
-        work: Vec<Work<'_>>,
-        outcomes: &mut [Option<CallOutcome>],
-        nested: Option<(
-            &Arc<NestedRunner>,
-            &mut mpsc::UnboundedReceiver<NestedRequest>,
-        )>,
-    ) -> bool {
+        let left = work.len();
         let mut nested = nested;
         let runner = nested.as_ref().map(|(runner, _)| Arc::clone(runner));
         let mut running: FuturesUnordered<BoxFuture<'_, Done>> = work
@@ -153,24 +150,16 @@ impl Run<'_> {
                 future
             })
             .collect();
-        let mut left = batch.len();
+        let mut outcomes: Vec<(usize, CallOutcome)> = Vec::with_capacity(left);
         let serving = runner.as_ref();
         let drive = async {
             match (&mut nested, serving) {
-                (None, _) | (_, None) => {
-                    while let Some(done) = running.next().await {
-                        if let Done::Call(index, outcome) = done {
-                            outcomes[index] = Some(outcome);
-                        }
-                    }
-                }
                 (Some((_, rx)), Some(runner)) => {
-                    while left > 0 {
+                    while outcomes.len() < left {
                         tokio::select! {
                             Some(done) = running.next() => {
                                 if let Done::Call(index, outcome) = done {
-                                    outcomes[index] = Some(outcome);
-                                    left -= 1;
+                                    outcomes.push((index, outcome));
                                 }
                             }
                             Some(request) = rx.recv() => {
@@ -182,8 +171,17 @@ impl Run<'_> {
                         }
                     }
                 }
+                _ => {
+                    while let Some(done) = running.next().await {
+                        if let Done::Call(index, outcome) = done {
+                            outcomes.push((index, outcome));
+                        }
+                    }
+                }
             }
         };
+        // Cancellation first: a call that ends in the same poll as the
+        // cancellation is answered as cancelled, like the rest.
         let cancelled = tokio::select! {
             biased;
             () = self.ctx.cancellation().cancelled() => true,
@@ -193,6 +191,11 @@ impl Run<'_> {
         // gives back what it held (budget, gate, a reserved event slot),
         // and reporting may need it.
         drop(running);
+        for (index, done) in outcomes {
+            if let Some(Slot::Run { outcome, .. }) = slots.get_mut(index) {
+                *outcome = Some(done);
+            }
+        }
         if let Some((runner, rx)) = &mut nested {
             // Requests sent but never serviced: refused, with their events.
             while let Ok(request) = rx.try_recv() {
@@ -205,8 +208,10 @@ impl Run<'_> {
             runner.report_abandoned(runner.abandon_all()).await;
         }
         if cancelled {
-            for (index, call, _, _) in batch {
-                outcomes[*index].get_or_insert_with(|| CallOutcome::cancelled(&call.name));
+            for slot in slots.iter_mut() {
+                if let Slot::Run { call, outcome, .. } = slot {
+                    outcome.get_or_insert_with(|| CallOutcome::cancelled(&call.name));
+                }
             }
         }
         cancelled
@@ -233,5 +238,20 @@ impl Run<'_> {
             .record(&self.ctx, &self.events, &id, &outcome)
             .await;
         outcome
+    }
+}
+
+/// `work`'s output, or `None` when the run was cancelled first (or by the
+/// time the work was done: cancellation wins a tie). The work is polled
+/// first, so work that finishes at once never registers a waiter on the
+/// cancellation token.
+pub(crate) async fn first_or_cancelled<T>(
+    work: impl Future<Output = T>,
+    ctx: &tinyagents_core::RunContext,
+) -> Option<T> {
+    tokio::select! {
+        biased;
+        done = work => (!ctx.is_cancelled()).then_some(done),
+        () = ctx.cancellation().cancelled() => None,
     }
 }

@@ -57,6 +57,7 @@ impl<'h> Run<'h> {
                     call,
                     entry,
                     args_hash,
+                    ..
                 } => {
                     let hash = args_hash.clone().unwrap_or_default();
                     let start = harness

@@ -301,10 +301,9 @@ impl Run<'_> {
         let call = AssertUnwindSafe(harness.model.chat(request))
             .catch_unwind()
             .instrument(span);
-        let answer = tokio::select! {
-            biased;
-            () = self.ctx.cancellation().cancelled() => return Ok(ModelOutcome::Cancelled),
-            answer = with_deadline(self.ctx.remaining(), call) => answer,
+        let bounded = with_deadline(self.ctx.remaining(), call);
+        let Some(answer) = batch::first_or_cancelled(bounded, &self.ctx).await else {
+            return Ok(ModelOutcome::Cancelled);
         };
         let response = match answer {
             None => return Ok(ModelOutcome::Limit(self.wall_clock_spent())),

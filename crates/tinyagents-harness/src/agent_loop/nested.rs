@@ -353,10 +353,14 @@ impl NestedRunner {
     pub(crate) fn finish_parent(&self, parent: &CallId) -> (Option<Value>, Vec<Abandoned>) {
         let mut state = self.state.lock();
         state.active.remove(parent);
+        if !state.next_child.contains_key(parent) {
+            // It made no nested calls: nothing to sweep, no summary.
+            return (None, Vec::new());
+        }
         let ids: Vec<CallId> = state
             .in_flight
             .keys()
-            .filter(|id| descends_from(id, parent))
+            .filter(|id| id.is_descendant_of(parent))
             .cloned()
             .collect();
         let abandoned = self.abandon(&mut state, ids);
@@ -416,13 +420,6 @@ fn push_summary(state: &mut RunnerState, parent: &CallId, entry: SummaryEntry) {
     } else {
         summary.truncated += 1;
     }
-}
-
-/// Whether `id` is a descendant of `parent` (`<parent>/...`).
-fn descends_from(id: &CallId, parent: &CallId) -> bool {
-    id.as_str()
-        .strip_prefix(parent.as_str())
-        .is_some_and(|rest| rest.starts_with('/'))
 }
 
 fn render(summary: Summary) -> Value {

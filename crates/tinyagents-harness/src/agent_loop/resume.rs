@@ -63,6 +63,7 @@ impl<'h> Run<'h> {
                         call: admitted.call,
                         entry: admitted.entry,
                         args_hash: None,
+                        outcome: None,
                     },
                     Admission::Pending(call, reason) => Slot::Pending(PendingCall { call, reason }),
                     Admission::Refused(call, error) | Admission::Fatal(call, error) => {

@@ -20,6 +20,9 @@ pub(crate) enum Slot<'h> {
         call: ToolCall,
         entry: &'h RegisteredTool,
         args_hash: Option<String>,
+        /// How it ran; `None` until it has (or when the run was cancelled
+        /// before it started).
+        outcome: Option<CallOutcome>,
     },
     /// Refused at admission: this result is its answer.
     Refused { call: ToolCall, result: ToolResult },
@@ -39,6 +42,13 @@ struct Fold {
     suspended: bool,
     control: Option<(ToolControl, String)>,
     fatal: Option<TinyAgentsError>,
+}
+
+impl Slot<'_> {
+    /// Whether this admitted call may overlap other concurrency-safe calls.
+    pub(crate) fn runs_shared(&self, harness: &crate::harness::AgentHarness) -> bool {
+        matches!(self, Slot::Run { entry, .. } if harness.runs_shared(entry))
+    }
 }
 
 impl<'h> Run<'h> {
@@ -133,6 +143,7 @@ impl<'h> Run<'h> {
                     call: admitted.call,
                     entry: admitted.entry,
                     args_hash: None,
+                    outcome: None,
                 },
                 Admission::Refused(call, error) => {
                     if matches!(error, TinyAgentsError::LimitExceeded { .. }) {
@@ -158,8 +169,8 @@ impl<'h> Run<'h> {
         limit: Option<TinyAgentsError>,
     ) -> Result<TurnEnd, TinyAgentsError> {
         self.start_rows(&mut slots).await;
-        let outcomes = self.execute_turn(&mut slots).await;
-        self.fold_turn(slots, outcomes, limit).await
+        self.execute_turn(&mut slots).await;
+        self.fold_turn(slots, limit).await
     }
 
     /// A call refused before it ran: its events, and its (redacted) refusal
@@ -178,16 +189,20 @@ impl<'h> Run<'h> {
     async fn fold_turn(
         &mut self,
         slots: Vec<Slot<'_>>,
-        outcomes: Vec<Option<CallOutcome>>,
         limit: Option<TinyAgentsError>,
     ) -> Result<TurnEnd, TinyAgentsError> {
         let mut fold = Fold {
             entries: Vec::with_capacity(slots.len()),
             ..Fold::default()
         };
-        for (slot, outcome) in slots.into_iter().zip(outcomes) {
+        for slot in slots {
             match slot {
-                Slot::Run { call, entry, .. } => match outcome {
+                Slot::Run {
+                    call,
+                    entry,
+                    outcome,
+                    ..
+                } => match outcome {
                     Some(outcome) => {
                         self.settle_call(call, Some(entry), outcome, &mut fold)
                             .await
