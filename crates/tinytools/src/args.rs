@@ -99,17 +99,41 @@ impl From<ArgumentError> for TinyAgentsError {
 /// Prepares a call's arguments for its tool: parses, injects the host's
 /// values (overwriting the model's), normalises under
 /// [`InvalidArgsPolicy::NormalizeThenReturn`], and validates against the
-/// schema compiled at registration.
+/// schema compiled at registration. The call keeps its arguments; see
+/// [`prepare_owned_arguments`] to move them instead of copying.
 pub fn prepare_arguments(
     entry: &RegisteredTool,
     call: &ToolCall,
     injected: &Map<String, Value>,
     policy: InvalidArgsPolicy,
 ) -> Result<Value, ArgumentError> {
-    let tool = &entry.spec().name;
-    let mut args = match &call.raw_arguments {
-        None if call.arguments.is_null() => Value::Object(Map::new()),
+    let arguments = match &call.raw_arguments {
         None => call.arguments.clone(),
+        Some(_) => Value::Null,
+    };
+    prepare_owned_arguments(
+        entry,
+        arguments,
+        call.raw_arguments.as_deref(),
+        injected,
+        policy,
+    )
+}
+
+/// [`prepare_arguments`] over arguments the caller gives up (no copy):
+/// `arguments` are the call's JSON arguments, `raw` the model's text when it
+/// was not JSON (then `arguments` are ignored).
+pub fn prepare_owned_arguments(
+    entry: &RegisteredTool,
+    arguments: Value,
+    raw: Option<&str>,
+    injected: &Map<String, Value>,
+    policy: InvalidArgsPolicy,
+) -> Result<Value, ArgumentError> {
+    let tool = &entry.spec().name;
+    let mut args = match raw {
+        None if arguments.is_null() => Value::Object(Map::new()),
+        None => arguments,
         Some(raw) => match (policy, parse_fenced(raw)) {
             (InvalidArgsPolicy::NormalizeThenReturn, Some(parsed)) => parsed,
             _ => {

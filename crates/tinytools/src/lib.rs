@@ -15,7 +15,7 @@ mod spec;
 mod tool;
 mod typed;
 
-pub use args::{ArgumentError, InvalidArgsPolicy, cut, prepare_arguments};
+pub use args::{ArgumentError, InvalidArgsPolicy, cut, prepare_arguments, prepare_owned_arguments};
 pub use registry::{ModelDispatch, RegisteredTool, RegistryError, ToolRegistry};
 pub use spec::{SideEffects, ToolErrorPolicy, ToolReplay, ToolSpec};
 pub use tool::{IdempotencyKey, ProgressSink, Tool, ToolCallOptions, ToolProgress, ToolRunContext};

@@ -35,11 +35,16 @@ pub(crate) enum Slot<'h> {
     Recorded { call: ToolCall, result: ToolResult },
 }
 
-/// What the fold of one turn decided beyond the transcript.
+/// What the fold of one turn decided beyond the transcript. Settled rows go
+/// straight into the transcript; a turn that suspends takes them back out.
 #[derive(Default)]
 struct Fold {
-    entries: Vec<TurnEntry>,
-    suspended: bool,
+    /// The transcript's length when the fold began.
+    start: usize,
+    /// Calls waiting for a person, with their place among the turn's rows.
+    pending: Vec<(usize, PendingCall)>,
+    /// Rows folded so far.
+    rows: usize,
     control: Option<(ToolControl, String)>,
     fatal: Option<TinyAgentsError>,
 }
@@ -52,6 +57,18 @@ impl Slot<'_> {
 }
 
 impl<'h> Run<'h> {
+    /// Folds a settled row into the transcript.
+    fn fold_settled(&mut self, fold: &mut Fold, message: Message) {
+        self.state.messages.push(message);
+        fold.rows += 1;
+    }
+
+    /// Folds a call that waits for a person.
+    fn fold_pending(fold: &mut Fold, pending: PendingCall) {
+        fold.pending.push((fold.rows, pending));
+        fold.rows += 1;
+    }
+
     /// Runs one turn that issued tool calls: admission, execution, fold.
     pub(crate) async fn tool_turn(
         &mut self,
@@ -192,7 +209,7 @@ impl<'h> Run<'h> {
         limit: Option<TinyAgentsError>,
     ) -> Result<TurnEnd, TinyAgentsError> {
         let mut fold = Fold {
-            entries: Vec::with_capacity(slots.len()),
+            start: self.state.messages.len(),
             ..Fold::default()
         };
         for slot in slots {
@@ -212,7 +229,7 @@ impl<'h> Run<'h> {
                             format!("tool '{}' was not run: the run was cancelled", call.name);
                         self.events.refused(&call, &text).await;
                         let message = tool_message(&call, &ToolResult::error(text));
-                        fold.entries.push(TurnEntry::Settled { message });
+                        self.fold_settled(&mut fold, message);
                     }
                 },
                 Slot::Recorded { call, result } => {
@@ -223,24 +240,30 @@ impl<'h> Run<'h> {
                 }
                 Slot::Refused { call, result } => {
                     let message = tool_message(&call, &result);
-                    fold.entries.push(TurnEntry::Settled { message });
+                    self.fold_settled(&mut fold, message);
                 }
-                Slot::Settled(message) => fold.entries.push(TurnEntry::Settled { message }),
-                Slot::Pending(pending) => {
-                    fold.suspended = true;
-                    fold.entries.push(TurnEntry::Pending { pending });
-                }
+                Slot::Settled(message) => self.fold_settled(&mut fold, message),
+                Slot::Pending(pending) => Self::fold_pending(&mut fold, pending),
             }
         }
-        if fold.suspended {
-            return Ok(TurnEnd::Suspend(fold.entries));
+        if !fold.pending.is_empty() {
+            // The turn waits: its rows leave the transcript for the
+            // suspended state, in call order with the waiting calls.
+            let mut settled = self.state.messages.drain(fold.start..);
+            let mut pending = fold.pending.into_iter().peekable();
+            let mut entries = Vec::with_capacity(fold.rows);
+            for row in 0..fold.rows {
+                match pending.next_if(|(at, _)| *at == row) {
+                    Some((_, pending)) => entries.push(TurnEntry::Pending { pending }),
+                    None => {
+                        if let Some(message) = settled.next() {
+                            entries.push(TurnEntry::Settled { message });
+                        }
+                    }
+                }
+            }
+            return Ok(TurnEnd::Suspend(entries));
         }
-        self.state
-            .messages
-            .extend(fold.entries.into_iter().filter_map(|entry| match entry {
-                TurnEntry::Settled { message } => Some(message),
-                TurnEntry::Pending { .. } => None,
-            }));
         if let Some(error) = fold.fatal {
             return Ok(TurnEnd::Fail(error));
         }
@@ -277,10 +300,7 @@ impl<'h> Run<'h> {
         {
             Settlement::Answered { result, error } => (result, error),
             Settlement::Deferred(reason) => {
-                fold.suspended = true;
-                fold.entries.push(TurnEntry::Pending {
-                    pending: PendingCall { call, reason },
-                });
+                Self::fold_pending(fold, PendingCall { call, reason });
                 return;
             }
             // Only a nested call's end can be claimed by another.
@@ -312,7 +332,7 @@ impl<'h> Run<'h> {
             content: result.content,
             is_error: result.is_error,
         };
-        fold.entries.push(TurnEntry::Settled { message });
+        self.fold_settled(fold, message);
     }
 }
 

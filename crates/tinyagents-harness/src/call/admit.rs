@@ -27,7 +27,7 @@ use tinyagents_core::{
     ToolResult,
 };
 use tinyagents_middleware::{ToolCallRequest, ToolVerdict};
-use tinytools::{InvalidArgsPolicy, RegisteredTool, prepare_arguments};
+use tinytools::{InvalidArgsPolicy, RegisteredTool, prepare_arguments, prepare_owned_arguments};
 
 use super::contain::contain;
 use super::emit::ToolEvents;
@@ -333,7 +333,22 @@ impl AgentHarness {
             },
             Stage::Arguments => {
                 let entry = a.entry.ok_or_else(|| Stop::Refuse(before_lookup()))?;
-                match prepare_arguments(entry, &a.call, &self.injected, self.invalid_args) {
+                // The call gives its arguments up to the tool, unless a
+                // refusal's event may still show them.
+                let prepared = if events.is_active() && events.captures() {
+                    prepare_arguments(entry, &a.call, &self.injected, self.invalid_args)
+                } else {
+                    let arguments = std::mem::take(&mut a.call.arguments);
+                    let raw = a.call.raw_arguments.as_deref();
+                    prepare_owned_arguments(
+                        entry,
+                        arguments,
+                        raw,
+                        &self.injected,
+                        self.invalid_args,
+                    )
+                };
+                match prepared {
                     Ok(arguments) => {
                         a.call.arguments = arguments;
                         a.call.raw_arguments = None;
