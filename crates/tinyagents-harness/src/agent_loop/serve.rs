@@ -31,7 +31,7 @@ impl Run<'_> {
             .started_nested(&id, &parent, &name, &arguments)
             .await;
         runner.started(&id, &parent, &name, runner.summary_args(&arguments));
-        let call = ToolCall::new(id.clone(), name.clone(), arguments);
+        let call = ToolCall::new(id.clone(), name, arguments);
         let scope = Scope::Nested {
             ctx: &self.ctx,
             state: &self.state,
@@ -52,9 +52,9 @@ impl Run<'_> {
                 let _ = reply.send(Err(error));
                 return;
             }
-            Some(Admission::Pending(..)) => {
+            Some(Admission::Pending(call, _)) => {
                 // The admission table never defers a nested call; fail closed.
-                let error = TinyAgentsError::NestedApprovalRequired { tool: name };
+                let error = TinyAgentsError::NestedApprovalRequired { tool: call.name };
                 runner
                     .end_failed(&id, 0, NestedStatus::Failed, &error.to_string())
                     .await;
@@ -62,7 +62,7 @@ impl Run<'_> {
                 return;
             }
             None => {
-                runner.end_abandoned(&id, &parent, &name).await;
+                runner.end_abandoned(&id, &parent).await;
                 return;
             }
         };
@@ -80,7 +80,7 @@ impl Run<'_> {
         // Settlement sees the call after it ran; copy its arguments only
         // when a middleware will look at them.
         let settled_call = if harness.middlewares.is_empty() {
-            ToolCall::new(id.clone(), name.clone(), Value::Null)
+            ToolCall::new(id.clone(), call.name.clone(), Value::Null)
         } else {
             call.clone()
         };
@@ -106,7 +106,7 @@ impl Run<'_> {
         let Some(outcome) = outcome else {
             // The calling tool stopped waiting: the call is abandoned; its
             // ledger row (if any) stays started.
-            runner.end_abandoned(&id, &parent, &name).await;
+            runner.end_abandoned(&id, &parent).await;
             return;
         };
         if !replayed {
@@ -128,7 +128,7 @@ impl Run<'_> {
             Settlement::Claimed => {}
             Settlement::Deferred(reason) => {
                 let _ = reply.send(Err(TinyAgentsError::ApprovalRequired {
-                    tool: name,
+                    tool: settled_call.name,
                     reason,
                 }));
             }
