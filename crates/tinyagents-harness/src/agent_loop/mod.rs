@@ -36,7 +36,6 @@ use crate::run::{AgentRun, RunRequest};
 use crate::tool::RunShared;
 
 pub(crate) use ledger::Start;
-pub(crate) use nested::DisabledRunner;
 pub use resume::ResumeOptions;
 
 /// One run segment in progress: what the loop's functions share.

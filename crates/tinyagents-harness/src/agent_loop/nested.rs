@@ -6,7 +6,6 @@ use std::collections::{HashMap as StdHashMap, HashSet as StdHashSet};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 
-use async_trait::async_trait;
 use parking_lot::Mutex;
 use serde_json::{Map, Value, json};
 use tinyagents_core::{CallId, CancellationToken, TinyAgentsError, ToolResult};
@@ -15,8 +14,6 @@ use crate::call::ToolEvents;
 use tinytools::cut;
 use tokio::sync::{OwnedRwLockReadGuard, OwnedRwLockWriteGuard, RwLock, mpsc, oneshot};
 use tokio::time::Instant;
-
-use crate::tool::NestedToolRunner;
 
 /// Refused nested calls a parent may have before later ones are refused
 /// without evaluation.
@@ -581,9 +578,10 @@ impl NestedRunner {
     }
 }
 
-#[async_trait]
-impl NestedToolRunner for NestedRunner {
-    async fn call(
+impl NestedRunner {
+    /// Sends `name(arguments)` as a nested call of `parent` to the loop and
+    /// waits for its answer.
+    pub(crate) async fn call(
         &self,
         parent: &CallId,
         name: &str,
@@ -624,22 +622,5 @@ impl NestedToolRunner for NestedRunner {
         answer
             .await
             .unwrap_or_else(|_| Err(parent_settled(name, parent, "has settled")))
-    }
-}
-
-/// The runner installed when nesting is off: every call is refused.
-pub(crate) struct DisabledRunner;
-
-#[async_trait]
-impl NestedToolRunner for DisabledRunner {
-    async fn call(
-        &self,
-        _parent: &CallId,
-        name: &str,
-        _arguments: Value,
-    ) -> Result<ToolResult, TinyAgentsError> {
-        Err(TinyAgentsError::NestedDisabled {
-            tool: name.to_owned(),
-        })
     }
 }

@@ -58,16 +58,14 @@ impl Run<'_> {
                 // Nested calls were activated when admitted.
                 runner.activate(&call_id);
             }
-            let runner: Arc<dyn NestedToolRunner> = Arc::clone(runner) as Arc<dyn NestedToolRunner>;
             NestedScope {
-                runner,
+                runner: NestedToolRunner::Loop(Arc::clone(runner)),
                 call_id: call_id.clone(),
             }
         });
-        let runner = scope.as_ref().map_or_else(
-            || Arc::clone(&harness.disabled_runner),
-            |s| Arc::clone(&s.runner),
-        );
+        let runner = scope
+            .as_ref()
+            .map_or(NestedToolRunner::Disabled, |s| s.runner.clone());
         let extension = Arc::new(ToolExecutionContext::new(
             Some(runner),
             call_id.clone(),

@@ -1,30 +1,46 @@
-//! The seam between a tool and the loop that drives it: a type-erased
-//! runner, installed in a task-local while the loop polls the calling
-//! tool's future.
+//! The seam between a tool and the loop that drives it: the runner of the
+//! loop, installed in a task-local while the loop polls the calling tool's
+//! future.
 
 use std::sync::Arc;
 
-use async_trait::async_trait;
 use serde_json::Value;
 use tinyagents_core::{CallId, TinyAgentsError, ToolResult};
 
-/// Sends a nested call to the loop that drives its parent, and waits for
-/// the answer.
-#[async_trait]
-pub(crate) trait NestedToolRunner: Send + Sync {
+use crate::agent_loop::nested::NestedRunner;
+
+/// Where a tool's nested calls go: the runner of the loop that polls it, or
+/// nowhere when nesting is off (every call refused). An enum, not a trait
+/// object, so a nested call boxes no future.
+#[derive(Clone)]
+pub(crate) enum NestedToolRunner {
+    /// The loop's runner.
+    Loop(Arc<NestedRunner>),
+    /// Nesting is off (`max_nested_depth` is 0).
+    Disabled,
+}
+
+impl NestedToolRunner {
     /// Runs `name(arguments)` as a nested call of `parent`.
-    async fn call(
+    pub(crate) async fn call(
         &self,
         parent: &CallId,
         name: &str,
         arguments: Value,
-    ) -> Result<ToolResult, TinyAgentsError>;
+    ) -> Result<ToolResult, TinyAgentsError> {
+        match self {
+            Self::Loop(runner) => runner.call(parent, name, arguments).await,
+            Self::Disabled => Err(TinyAgentsError::NestedDisabled {
+                tool: name.to_owned(),
+            }),
+        }
+    }
 }
 
 /// The runner and the call it was installed for.
 #[derive(Clone)]
 pub(crate) struct NestedScope {
-    pub(crate) runner: Arc<dyn NestedToolRunner>,
+    pub(crate) runner: NestedToolRunner,
     pub(crate) call_id: CallId,
 }
 

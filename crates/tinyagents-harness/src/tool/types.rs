@@ -34,7 +34,7 @@ pub(crate) struct RunShared {
 /// ```
 #[derive(Clone)]
 pub struct ToolExecutionContext {
-    runner: Option<Arc<dyn NestedToolRunner>>,
+    runner: Option<NestedToolRunner>,
     call_id: CallId,
     run: Option<Arc<RunShared>>,
 }
@@ -50,7 +50,7 @@ impl std::fmt::Debug for ToolExecutionContext {
 
 impl ToolExecutionContext {
     pub(crate) fn new(
-        runner: Option<Arc<dyn NestedToolRunner>>,
+        runner: Option<NestedToolRunner>,
         call_id: CallId,
         run: Option<Arc<RunShared>>,
     ) -> Self {
@@ -74,9 +74,7 @@ impl ToolExecutionContext {
             return installed.clone();
         }
         let runner = NESTED_SCOPE
-            .try_with(|scope| {
-                (scope.call_id == *context.call_id()).then(|| Arc::clone(&scope.runner))
-            })
+            .try_with(|scope| (scope.call_id == *context.call_id()).then(|| scope.runner.clone()))
             .ok()
             .flatten();
         Self::new(runner, context.call_id().clone(), None)
