@@ -302,6 +302,13 @@ impl EventSink {
             Err(TrySendError::Closed(_)) => return,
             Err(TrySendError::Full(event)) => event,
         };
+        // The waiting send is boxed: only a full buffer pays for it, and
+        // every future that may emit stays small.
+        Box::pin(self.send_when_room(out, event)).await;
+    }
+
+    /// The slow path of [`Self::emit`]: the buffer was full.
+    async fn send_when_room(&self, out: &Outlet, event: AgentEvent) {
         let Some(bounds) = &self.bounds else {
             return out.send(out.tx.reserve().await, event);
         };

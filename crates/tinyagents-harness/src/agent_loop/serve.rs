@@ -94,7 +94,9 @@ impl Run<'_> {
                     nested: Some(runner),
                     args_hash: args_hash.as_deref(),
                 };
-                let work = self.execute_call(call, entry, site);
+                // Boxed: inline, the execution's future would more than
+                // double the size of every nested call's servicing future.
+                let work = Box::pin(self.execute_call(call, entry, site));
                 tokio::select! {
                     biased;
                     outcome = work => Some(outcome),

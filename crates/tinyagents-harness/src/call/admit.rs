@@ -408,9 +408,16 @@ impl AgentHarness {
                     return Ok(());
                 }
                 let hash = tinyagents_core::args_hash(&a.call.arguments);
-                let start = self
-                    .start_row(scope.ctx(), events, &a.call, entry.spec(), hash.clone())
-                    .await;
+                // Boxed: the ledger's future is large and only runs with a
+                // ledger; inline it would grow every admission's future.
+                let start = Box::pin(self.start_row(
+                    scope.ctx(),
+                    events,
+                    &a.call,
+                    entry.spec(),
+                    hash.clone(),
+                ))
+                .await;
                 a.args_hash = Some(hash);
                 match start {
                     Start::Run => Ok(()),
@@ -478,11 +485,13 @@ impl AgentHarness {
             let name = middleware.name();
             match scope {
                 Scope::Model { ctx, state, .. } => {
-                    let before = a.call.name.clone();
                     let verdict =
                         contain(name, middleware.before_tool(ctx, state, &mut a.call)).await?;
-                    if a.call.name != before {
-                        a.call.name = before;
+                    // The lookup matched the spec's name: no copy needed
+                    // to tell whether a middleware changed it.
+                    let tool = a.entry.map(|entry| entry.spec().name.as_str());
+                    if tool.is_some_and(|tool| a.call.name != tool) {
+                        a.call.name = tool.unwrap_or_default().to_owned();
                         return Err(TinyAgentsError::Denied {
                             by: name.to_owned(),
                             reason: "a middleware may not change which tool is called".to_owned(),

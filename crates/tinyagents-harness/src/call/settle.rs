@@ -193,6 +193,18 @@ impl AgentHarness {
         if self.ledger.is_none() || outcome.dropped {
             return;
         }
+        // Boxed: the ledger's future is large, and only a run with a ledger
+        // pays for it.
+        Box::pin(self.record_outcome(ctx, events, call_id, outcome)).await;
+    }
+
+    async fn record_outcome(
+        &self,
+        ctx: &RunContext,
+        events: &ToolEvents,
+        call_id: &CallId,
+        outcome: &CallOutcome,
+    ) {
         let redaction = events.redaction();
         let settled = match &outcome.result {
             Ok(result) => {
