@@ -9,6 +9,11 @@
 //! cancel out. Counts are the same on every run of the same binary, whatever
 //! else the machine is doing, so they can be compared across commits where
 //! timings cannot.
+//!
+//! `parked` is a memory workload: the bench parks `n` (then `2n`) runs
+//! inside a model call that never answers and exits holding them; memcheck's
+//! "in use at exit" difference divided by `n` is what one idle run holds.
+//! It runs under memcheck only.
 
 use std::env;
 use std::ffi::OsString;
@@ -33,9 +38,15 @@ struct Workload {
 }
 
 impl Workload {
+    /// Whether it is measured for memory held (memcheck only), not per call.
+    fn is_memory(&self) -> bool {
+        MEMORY.contains(&self.name.as_str())
+    }
+
     fn label(&self) -> String {
         match self.name.as_str() {
             "floor" => "floor (is_valid + from_value + add)".to_owned(),
+            "parked" => "parked run (bytes held)".to_owned(),
             "floor-registry" => "floor with RegisteredTool::validate".to_owned(),
             "stack" => format!("seq {} + 10 middlewares", self.n),
             name => format!("{name} {}", self.n),
@@ -43,7 +54,8 @@ impl Workload {
     }
 }
 
-/// The default rows: the floor first, then the loop's workloads.
+/// The default rows: the floor first, then the loop's workloads, then the
+/// memory workload.
 fn default_workloads() -> Vec<Workload> {
     [
         ("floor", 1000),
@@ -52,6 +64,7 @@ fn default_workloads() -> Vec<Workload> {
         ("par", 1000),
         ("nested", 1000),
         ("stack", 400),
+        ("parked", 1000),
     ]
     .into_iter()
     .map(|(name, n)| Workload {
@@ -61,7 +74,22 @@ fn default_workloads() -> Vec<Workload> {
     .collect()
 }
 
-const KNOWN: [&str; 6] = ["floor", "floor-registry", "seq", "par", "nested", "stack"];
+const KNOWN: [&str; 7] = [
+    "floor",
+    "floor-registry",
+    "seq",
+    "par",
+    "nested",
+    "stack",
+    "parked",
+];
+
+/// The workloads measured for the memory they hold, under memcheck only.
+const MEMORY: [&str; 1] = ["parked"];
+
+/// The most a parked run may hold: 8 KiB, so 10,000 idle runs fit in
+/// 100 MB (80 MiB, with room for the allocator's own overhead).
+const PARKED_TARGET_BYTES: f64 = 8.0 * 1024.0;
 
 /// Callgrind runs per sample. The allocator's share of the instructions
 /// varies between runs of the same binary (by a few hundred instructions
@@ -69,7 +97,8 @@ const KNOWN: [&str; 6] = ["floor", "floor-registry", "seq", "par", "nested", "st
 /// is steady. Allocation counts do not vary; memcheck runs once.
 const DEFAULT_RUNS: u32 = 3;
 
-/// Parses `[--runs K] WORKLOAD[=N]...`; the floor is always measured.
+/// Parses `[--runs K] WORKLOAD[=N]...`; the floor is measured whenever an
+/// instruction workload is.
 fn parse_args(args: &[String]) -> Result<(Vec<Workload>, u32), String> {
     let mut runs = DEFAULT_RUNS;
     let mut rest = Vec::new();
@@ -88,7 +117,8 @@ fn parse_args(args: &[String]) -> Result<(Vec<Workload>, u32), String> {
     Ok((parse_workloads(&rest)?, runs))
 }
 
-/// Parses `WORKLOAD[=N]...`; the floor is always measured.
+/// Parses `WORKLOAD[=N]...`; the floor is measured whenever an instruction
+/// workload is (the per-call table compares with it).
 fn parse_workloads(args: &[String]) -> Result<Vec<Workload>, String> {
     if args.is_empty() {
         return Ok(default_workloads());
@@ -121,7 +151,8 @@ fn parse_workloads(args: &[String]) -> Result<Vec<Workload>, String> {
             n: n.unwrap_or(default),
         });
     }
-    if !picked.iter().any(|w| w.name == "floor") {
+    let per_call = picked.iter().any(|w| !w.is_memory());
+    if per_call && !picked.iter().any(|w| w.name == "floor") {
         picked.insert(0, default_workloads().remove(0));
     }
     Ok(picked)
@@ -215,8 +246,26 @@ fn json_string_field(line: &str, field: &str) -> Option<String> {
 enum Counter {
     /// callgrind: instructions executed (`Ir`).
     Instructions,
-    /// memcheck: heap blocks allocated (reallocs included).
+    /// memcheck: heap blocks allocated (reallocs included), and the bytes
+    /// and blocks still allocated at exit.
     Allocations,
+}
+
+/// What one valgrind run counted: the fields its tool gives, the others 0.
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+struct Counts {
+    /// callgrind: instructions (`Ir`).
+    instructions: u64,
+    /// callgrind: of those, the ones spent inside the allocator.
+    in_allocator: u64,
+    /// memcheck: heap blocks allocated ("total heap usage: N allocs").
+    allocations: u64,
+    /// memcheck: bytes still allocated at exit ("in use at exit: X bytes").
+    bytes_held: u64,
+    /// memcheck: blocks still allocated at exit ("... in Y blocks").
+    blocks_held: u64,
+    /// What the bench printed as one run future's size (`parked` only).
+    future_size: Option<u64>,
 }
 
 /// One valgrind run: a workload at one size under one tool.
@@ -240,8 +289,8 @@ impl Job {
     }
 
     /// Runs valgrind and reads the counts it wrote: instructions and those
-    /// spent inside the allocator, or allocations (and 0).
-    fn run(&self, bench: &Path, dir: &Path) -> Result<[u64; 2], String> {
+    /// spent inside the allocator, or allocations and what was held at exit.
+    fn run(&self, bench: &Path, dir: &Path) -> Result<Counts, String> {
         let out_file = self.output(dir);
         let mut cmd = Command::new(valgrind_program());
         match self.counter {
@@ -281,10 +330,25 @@ impl Job {
         let text = fs::read_to_string(&out_file)
             .map_err(|e| format!("{what}: cannot read {}: {e}", out_file.display()))?;
         let count = match self.counter {
-            Counter::Instructions => callgrind_total(&text).map(|n| [n, allocator_cost(&text)]),
-            Counter::Allocations => memcheck_allocs(&text).map(|n| [n, 0]),
+            Counter::Instructions => callgrind_total(&text).map(|n| Counts {
+                instructions: n,
+                in_allocator: allocator_cost(&text),
+                ..Counts::default()
+            }),
+            Counter::Allocations => memcheck_allocs(&text).and_then(|n| {
+                let (bytes_held, blocks_held) = memcheck_in_use(&text)?;
+                Some(Counts {
+                    allocations: n,
+                    bytes_held,
+                    blocks_held,
+                    ..Counts::default()
+                })
+            }),
         };
-        count.ok_or_else(|| format!("{what}: no count found in {}", out_file.display()))
+        let mut count =
+            count.ok_or_else(|| format!("{what}: no count found in {}", out_file.display()))?;
+        count.future_size = future_size(&String::from_utf8_lossy(&out.stdout));
+        Ok(count)
     }
 }
 
@@ -368,11 +432,47 @@ fn memcheck_allocs(text: &str) -> Option<u64> {
     count.replace(',', "").parse().ok()
 }
 
+/// "in use at exit: 1,234 bytes in 5 blocks" in a memcheck log: the bytes
+/// and blocks still allocated when the process exited.
+fn memcheck_in_use(text: &str) -> Option<(u64, u64)> {
+    let rest = text
+        .lines()
+        .find_map(|l| l.split_once("in use at exit:").map(|(_, r)| r))?;
+    let mut words = rest.split_whitespace();
+    let number = |word: Option<&str>| word?.replace(',', "").parse().ok();
+    let bytes = number(words.next())?;
+    let blocks = number(words.nth(2))?;
+    Some((bytes, blocks))
+}
+
+/// "future size 1234 bytes" in the bench's output (the `parked` workload).
+fn future_size(stdout: &str) -> Option<u64> {
+    let rest = stdout
+        .lines()
+        .find_map(|l| l.split_once("future size ").map(|(_, r)| r))?;
+    rest.split_whitespace().next()?.parse().ok()
+}
+
 /// Where the out files go: `$CARGO_TARGET_DIR/instr`, else `target/instr`.
 fn out_dir() -> PathBuf {
     env::var_os("CARGO_TARGET_DIR")
         .map_or_else(|| root().join("target"), PathBuf::from)
         .join("instr")
+}
+
+/// One memory workload's figures per parked run.
+struct MemoryRow {
+    label: String,
+    name: String,
+    n: u64,
+    /// Bytes still allocated at exit, per run.
+    bytes_held: f64,
+    /// Blocks still allocated at exit, per run.
+    blocks_held: f64,
+    /// Heap blocks allocated (freed or not), per run.
+    allocations: f64,
+    /// The size of one unboxed run future, as the bench printed it.
+    future_size: Option<u64>,
 }
 
 /// One row's figures per call.
@@ -389,8 +489,8 @@ struct Row {
     allocations: f64,
 }
 
-/// What one valgrind run gave: its two counts (see [`Job::run`]), or why not.
-type JobResult = Result<[u64; 2], String>;
+/// What one valgrind run gave: its counts (see [`Job::run`]), or why not.
+type JobResult = Result<Counts, String>;
 
 /// Runs the jobs on `workers` threads; the counts come back in job order.
 fn run_jobs(jobs: &[Job], bench: &Path, dir: &Path, workers: usize) -> Vec<JobResult> {
@@ -451,7 +551,12 @@ pub(crate) fn instructions(args: &[String]) -> ExitCode {
     }
     let mut jobs = Vec::new();
     for w in &workloads {
-        for (counter, repeat) in [(Counter::Instructions, runs), (Counter::Allocations, 1)] {
+        let counters: &[(Counter, u32)] = if w.is_memory() {
+            &[(Counter::Allocations, 1)]
+        } else {
+            &[(Counter::Instructions, runs), (Counter::Allocations, 1)]
+        };
+        for &(counter, repeat) in counters {
             for run in 0..repeat {
                 for n in [w.n, 2 * w.n] {
                     jobs.push(Job {
@@ -481,18 +586,27 @@ pub(crate) fn instructions(args: &[String]) -> ExitCode {
     if failed {
         return ExitCode::FAILURE;
     }
-    let count = |name: &str, n: u64, counter: Counter, run: u32| -> [u64; 2] {
+    let count = |name: &str, n: u64, counter: Counter, run: u32| -> Counts {
         jobs.iter()
             .zip(&counts)
             .find(|(j, _)| j.workload == name && j.n == n && j.counter == counter && j.run == run)
             .and_then(|(_, c)| c.as_ref().ok().copied())
             .unwrap_or_default()
     };
-    // Per call, for each run: (count(2n) - count(n)) / n, both counts.
+    // Per call (or per parked run), for each run: (count(2n) - count(n)) / n.
+    let per_n = |w: &Workload, counter: Counter, run: u32, field: fn(&Counts) -> u64| -> f64 {
+        let small = field(&count(&w.name, w.n, counter, run));
+        let large = field(&count(&w.name, 2 * w.n, counter, run));
+        (large as f64 - small as f64) / w.n as f64
+    };
     let per_call = |w: &Workload, counter: Counter, run: u32| -> [f64; 2] {
-        let small = count(&w.name, w.n, counter, run);
-        let large = count(&w.name, 2 * w.n, counter, run);
-        [0, 1].map(|i| (large[i] as f64 - small[i] as f64) / w.n as f64)
+        match counter {
+            Counter::Instructions => [
+                per_n(w, counter, run, |c| c.instructions),
+                per_n(w, counter, run, |c| c.in_allocator),
+            ],
+            Counter::Allocations => [per_n(w, counter, run, |c| c.allocations), 0.0],
+        }
     };
     let median = |mut values: Vec<f64>| -> f64 {
         values.sort_by(f64::total_cmp);
@@ -500,6 +614,7 @@ pub(crate) fn instructions(args: &[String]) -> ExitCode {
     };
     let rows: Vec<Row> = workloads
         .iter()
+        .filter(|w| !w.is_memory())
         .map(|w| Row {
             label: w.label(),
             name: w.name.clone(),
@@ -524,13 +639,39 @@ pub(crate) fn instructions(args: &[String]) -> ExitCode {
             allocations: per_call(w, Counter::Allocations, 0)[0],
         })
         .collect();
-    print!("{}", render(&rows));
+    let memory: Vec<MemoryRow> = workloads
+        .iter()
+        .filter(|w| w.is_memory())
+        .map(|w| MemoryRow {
+            label: w.label(),
+            name: w.name.clone(),
+            n: w.n,
+            bytes_held: per_n(w, Counter::Allocations, 0, |c| c.bytes_held),
+            blocks_held: per_n(w, Counter::Allocations, 0, |c| c.blocks_held),
+            allocations: per_n(w, Counter::Allocations, 0, |c| c.allocations),
+            future_size: count(&w.name, w.n, Counter::Allocations, 0).future_size,
+        })
+        .collect();
+    print!("{}", render(&rows, &memory));
+    if !rows.is_empty() {
+        println!(
+            "\nper call = (count(2n) - count(n)) / n; instructions: callgrind `Ir`, median of \
+             {runs} runs (spread: largest - smallest); of which malloc/free: the inclusive \
+             cost of calls into the allocator, the part that varies between runs; \
+             allocations: memcheck's heap blocks (reallocs count)"
+        );
+    }
+    if !memory.is_empty() {
+        println!(
+            "\nper parked run = (count(2n) - count(n)) / n over n and 2n runs parked in a \
+             model call that never answers; bytes and blocks held: memcheck's \"in use at \
+             exit\" (bytes asked of the allocator, without its per-block overhead); \
+             allocations: every heap block allocated on the way, freed or not; future size: \
+             `size_of_val` of one unboxed run future (boxed, it is one of the blocks held)"
+        );
+    }
     println!(
-        "\nper call = (count(2n) - count(n)) / n; instructions: callgrind `Ir`, median of \
-         {runs} runs (spread: largest - smallest); of which malloc/free: the inclusive \
-         cost of calls into the allocator, the part that varies between runs; \
-         allocations: memcheck's heap blocks (reallocs count)\nout files in {} \
-         (`callgrind_annotate --inclusive=yes <file>`); {} in {}",
+        "out files in {} (`callgrind_annotate --inclusive=yes <file>`); {} in {}",
         dir.display(),
         jobs.len(),
         secs(started.elapsed())
@@ -538,15 +679,17 @@ pub(crate) fn instructions(args: &[String]) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// The table, then the targets.
-fn render(rows: &[Row]) -> String {
+/// The tables (per call, then memory held), then the targets.
+fn render(rows: &[Row], memory: &[MemoryRow]) -> String {
     let floor = rows.iter().find(|r| r.name == "floor");
     let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "\n| workload | instructions/call | spread | of which malloc/free | allocations/call | ratio to floor |"
-    );
-    let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|");
+    if !rows.is_empty() {
+        let _ = writeln!(
+            out,
+            "\n| workload | instructions/call | spread | of which malloc/free | allocations/call | ratio to floor |"
+        );
+        let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|");
+    }
     for row in rows {
         let ratio = floor.filter(|f| f.instructions > 0.0).map_or_else(
             || "-".to_owned(),
@@ -562,11 +705,31 @@ fn render(rows: &[Row]) -> String {
             row.allocations
         );
     }
+    if !memory.is_empty() {
+        let _ = writeln!(
+            out,
+            "\n| workload | bytes held/run | blocks held/run | allocations/run | future size (bytes) |"
+        );
+        let _ = writeln!(out, "|---|---:|---:|---:|---:|");
+    }
+    for row in memory {
+        let _ = writeln!(
+            out,
+            "| {} | {} | {:.1} | {:.1} | {} |",
+            row.label,
+            thousands(row.bytes_held),
+            row.blocks_held,
+            row.allocations,
+            row.future_size
+                .map_or_else(|| "-".to_owned(), |size| thousands(size as f64))
+        );
+    }
     let find = |name: &str| rows.iter().find(|r| r.name == name);
     let mark = |ok: bool| if ok { "pass" } else { "MISS" };
     if ["seq", "par", "nested"]
         .into_iter()
         .any(|name| find(name).is_some())
+        || !memory.is_empty()
     {
         let _ = writeln!(out, "\ntargets:");
     }
@@ -601,6 +764,17 @@ fn render(rows: &[Row]) -> String {
                 mark(ratio <= 1.3)
             );
         }
+    }
+    if let Some(parked) = memory.iter().find(|r| r.name == "parked") {
+        let _ = writeln!(
+            out,
+            "  parked {}: <= 8 KiB held per parked run (10,000 runs <= 100 MB): {} ({} bytes; \
+             10,000 runs: {:.1} MB)",
+            parked.n,
+            mark(parked.bytes_held <= PARKED_TARGET_BYTES),
+            thousands(parked.bytes_held),
+            parked.bytes_held * 10_000.0 / 1e6
+        );
     }
     out
 }
@@ -674,6 +848,37 @@ mod tests {
     }
 
     #[test]
+    fn reads_memcheck_in_use_and_the_future_size() {
+        let log = "==1== HEAP SUMMARY:\n==1==     in use at exit: 6,473,216 bytes in 12,003 blocks\n\
+                   ==1==   total heap usage: 12,345 allocs, 340 frees, 9,000,000 bytes allocated\n";
+        assert_eq!(memcheck_in_use(log), Some((6_473_216, 12_003)));
+        assert_eq!(memcheck_in_use("==1== All heap blocks were freed\n"), None);
+        let stdout =
+            "instr parked 1000: 1000 runs parked in the model call; future size 2048 bytes\n";
+        assert_eq!(future_size(stdout), Some(2048));
+        assert_eq!(future_size("instr seq 400: 400 calls\n"), None);
+    }
+
+    #[test]
+    fn renders_the_parked_row_and_its_target() {
+        let row = |bytes_held| MemoryRow {
+            label: "parked run (bytes held)".to_owned(),
+            name: "parked".to_owned(),
+            n: 1000,
+            bytes_held,
+            blocks_held: 12.0,
+            allocations: 20.0,
+            future_size: Some(2048),
+        };
+        let table = render(&[], &[row(6_000.0)]);
+        assert!(table.contains("| parked run (bytes held) | 6,000 | 12.0 | 20.0 | 2,048 |"));
+        assert!(table.contains("parked 1000: <= 8 KiB held per parked run"));
+        assert!(table.contains(": pass (6,000 bytes; 10,000 runs: 60.0 MB)"));
+        assert!(render(&[], &[row(9_000.0)]).contains(": MISS (9,000 bytes"));
+        assert!(!table.contains("instructions/call"));
+    }
+
+    #[test]
     fn reads_the_executable() {
         let line = r#"{"reason":"compiler-artifact","executable":"/t/release/deps/agent_loop-1a\\b","fresh":true}"#;
         assert_eq!(
@@ -694,6 +899,18 @@ mod tests {
         assert_eq!((picked.len(), runs), (2, 5));
         assert!(parse_args(&["--runs".to_owned(), "0".to_owned()]).is_err());
         assert!(parse_workloads(&["seq=0".to_owned()]).is_err());
+        // A memory workload alone has no per-call table: no floor.
+        let picked = parse_workloads(&["parked".to_owned()]).unwrap_or_default();
+        let names: Vec<_> = picked.iter().map(|w| (w.name.as_str(), w.n)).collect();
+        assert_eq!(names, [("parked", 1000)]);
+        let picked =
+            parse_workloads(&["parked=50".to_owned(), "seq".to_owned()]).unwrap_or_default();
+        let names: Vec<_> = picked.iter().map(|w| (w.name.as_str(), w.n)).collect();
+        assert_eq!(names, [("floor", 1000), ("parked", 50), ("seq", 400)]);
+        assert_eq!(
+            default_workloads().last().map(|w| w.name.as_str()),
+            Some("parked")
+        );
     }
 
     #[test]

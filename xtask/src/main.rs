@@ -33,7 +33,12 @@ commands:
                  (1000: the floor checking with RegisteredTool::validate),
                  seq (400), par (1000), nested (1000), stack (400: seq with
                  10 middlewares). Instructions are the median of K (3)
-                 callgrind runs. Needs valgrind (or VALGRIND=/path/to/it)
+                 callgrind runs. The memory workload parked (1000) parks N
+                 and 2N runs in a model call that never answers: heap bytes
+                 held per parked run (memcheck's \"in use at exit\", target
+                 <= 8 KiB) and the size of a run's future; it runs under
+                 memcheck only, and alone it needs no floor. Needs
+                 valgrind (or VALGRIND=/path/to/it)
   help           this text";
 
 /// cargo-deny release known to build with the pinned toolchain (1.95).

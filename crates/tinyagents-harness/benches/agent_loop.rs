@@ -17,14 +17,21 @@
 //! `serde_json::from_value` it into the typed arguments and await the async
 //! add: the work a call cannot avoid. `floor-registry` is the same with the
 //! registry's `RegisteredTool::validate` (what the loop calls) as the check.
+//! `parked` is a memory workload: `n` runs of a harness whose model never
+//! answers (the add tool registered, default limits), each boxed and polled
+//! once so it waits inside the model call, then kept (never dropped) until
+//! the process exits; valgrind's "in use at exit" is what they hold. It
+//! also prints the size of one run's future (`size_of_val`, unboxed).
 #![allow(clippy::print_stdout, missing_docs)] // a benchmark prints its figures
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 use serde_json::json;
 use tinyagents_core::{
-    ChatResponse, ModelToolCall, RunLimits, TinyAgentsError, ToolCall, ToolResult,
+    ChatModel, ChatRequest, ChatResponse, ModelError, ModelToolCall, RunLimits, TinyAgentsError,
+    ToolCall, ToolResult,
 };
 use tinyagents_harness::{AgentHarness, ToolExecutionContext};
 use tinyagents_middleware::{Middleware, Next, ToolCallContext, ToolMiddleware};
@@ -249,6 +256,54 @@ async fn floor(n: usize, registry: bool) {
     assert!(total >= n);
 }
 
+/// A model that never answers: its calls wait forever (and are counted).
+#[derive(Default)]
+struct Silent {
+    calls: AtomicUsize,
+}
+
+#[async_trait::async_trait]
+impl ChatModel for Silent {
+    fn name(&self) -> &str {
+        "silent"
+    }
+
+    async fn chat(&self, _request: ChatRequest<'_>) -> Result<ChatResponse, ModelError> {
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        std::future::pending().await
+    }
+}
+
+/// `n` idle runs: each run future is boxed, polled once (it then waits in
+/// the silent model's call) and forgotten, so what it holds stays on the
+/// heap until the process exits; the harness is never dropped either.
+/// Prints the size of one unboxed run future, then exits without running
+/// any destructor (valgrind's heap summary still prints at exit).
+fn parked(rt: &tokio::runtime::Runtime, n: usize) -> ! {
+    let model = Arc::new(Silent::default());
+    let h = AgentHarness::builder(Arc::clone(&model) as Arc<dyn ChatModel>)
+        .tool(add_tool())
+        .and_then(|b| b.build())
+        .unwrap_or_else(|e| panic!("bench harness: {e}"));
+    let future_size = std::mem::size_of_val(&h.run("go"));
+    rt.block_on(async {
+        for _ in 0..n {
+            let mut run = Box::pin(h.run("go"));
+            assert!(
+                futures_util::poll!(run.as_mut()).is_pending(),
+                "parked: a run ended without its model"
+            );
+            std::mem::forget(run);
+        }
+    });
+    let waiting = model.calls.load(Ordering::Relaxed);
+    assert_eq!(waiting, n, "parked {n}: runs waiting in the model call");
+    println!(
+        "instr parked {n}: {waiting} runs parked in the model call; future size {future_size} bytes"
+    );
+    std::process::exit(0)
+}
+
 /// `--instr <workload> <n>`: one run of one workload, nothing else, for
 /// valgrind. The harness is built before the run and the run is not
 /// repeated: the caller subtracts two sizes, so set-up cancels out.
@@ -260,12 +315,13 @@ fn instr(rt: &tokio::runtime::Runtime, workload: &str, n: usize) {
             println!("instr {workload} {n}");
             return;
         }
+        "parked" => parked(rt, n),
         "seq" => (harness(sequential_model(n), calls, false), n),
         "stack" => (harness(sequential_model(n), calls, true), n),
         "par" => (harness(parallel_model(n), calls, false), n),
         "nested" => (nested_harness(calls), n + 1),
         other => panic!(
-            "--instr: unknown workload `{other}` (floor, floor-registry, seq, stack, par, nested)"
+            "--instr: unknown workload `{other}` (floor, floor-registry, seq, stack, par, nested, parked)"
         ),
     };
     let run = rt
