@@ -3,7 +3,6 @@
 //! nested calls while borrowing the run); any other call runs alone.
 //! Cancellation stops the batch. Each call's outcome is left in its slot.
 
-use std::future::Future;
 use std::sync::Arc;
 
 use futures_util::future::BoxFuture;
@@ -92,11 +91,18 @@ impl Run<'_> {
         };
         self.events.started(call).await;
         let runs = self.call_to_run(call);
-        let run = self.run_one(runs, entry, args_hash.as_deref(), None);
-        *outcome = Some(match first_or_cancelled(run, &self.ctx).await {
-            Some(done) => done,
-            None => CallOutcome::cancelled(&call.name),
-        });
+        // The call's future is made inside the `select!`, so the run's
+        // future holds it once (an argument passed down would be kept
+        // twice).
+        let done = tokio::select! {
+            biased;
+            done = self.run_one(runs, entry, args_hash.as_deref(), None) => {
+                // Cancellation wins a tie, as in a batch.
+                (!self.ctx.is_cancelled()).then_some(done)
+            }
+            () = self.ctx.cancellation().cancelled() => None,
+        };
+        *outcome = Some(done.unwrap_or_else(|| CallOutcome::cancelled(&call.name)));
     }
 
     /// What a call runs with. The fold needs a call's arguments only for
@@ -238,20 +244,5 @@ impl Run<'_> {
             .record(&self.ctx, &self.events, &id, &outcome)
             .await;
         outcome
-    }
-}
-
-/// `work`'s output, or `None` when the run was cancelled first (or by the
-/// time the work was done: cancellation wins a tie). The work is polled
-/// first, so work that finishes at once never registers a waiter on the
-/// cancellation token.
-pub(crate) async fn first_or_cancelled<T>(
-    work: impl Future<Output = T>,
-    ctx: &tinyagents_core::RunContext,
-) -> Option<T> {
-    tokio::select! {
-        biased;
-        done = work => (!ctx.is_cancelled()).then_some(done),
-        () = ctx.cancellation().cancelled() => None,
     }
 }

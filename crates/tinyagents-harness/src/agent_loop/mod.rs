@@ -300,9 +300,17 @@ impl Run<'_> {
         let call = AssertUnwindSafe(harness.model.chat(request))
             .catch_unwind()
             .instrument(span);
-        let bounded = with_deadline(self.ctx.remaining(), call);
-        let Some(answer) = batch::first_or_cancelled(bounded, &self.ctx).await else {
-            return Ok(ModelOutcome::Cancelled);
+        // The model's answer is polled first, so an answer that is ready at
+        // once registers no waiter on the cancellation token.
+        let answer = tokio::select! {
+            biased;
+            answer = with_deadline(self.ctx.remaining(), call) => {
+                if self.ctx.is_cancelled() {
+                    return Ok(ModelOutcome::Cancelled);
+                }
+                answer
+            }
+            () = self.ctx.cancellation().cancelled() => return Ok(ModelOutcome::Cancelled),
         };
         let response = match answer {
             None => return Ok(ModelOutcome::Limit(self.wall_clock_spent())),
