@@ -109,6 +109,9 @@ pub(crate) enum Hold {
 struct InFlight {
     parent: CallId,
     name: String,
+    /// It holds a place in its parent's refusal quota (charged on arrival,
+    /// given back when admitted or abandoned, kept when refused).
+    charged: bool,
     started: Instant,
     args: Option<String>,
 }
@@ -175,35 +178,6 @@ pub(crate) struct NestedRunner {
     events: ToolEvents,
 }
 
-/// A nested call's place in its parent's refusal quota, taken before the
-/// call is evaluated: kept when the call is refused, given back when it is
-/// admitted (or its caller leaves), so however calls interleave, no more
-/// than the quota are ever evaluated towards refusal.
-pub(crate) struct QuotaCharge<'a> {
-    runner: &'a NestedRunner,
-    parent: CallId,
-    kept: bool,
-}
-
-impl QuotaCharge<'_> {
-    /// The call was refused: the charge stays.
-    pub(crate) fn keep(mut self) {
-        self.kept = true;
-    }
-}
-
-impl Drop for QuotaCharge<'_> {
-    fn drop(&mut self) {
-        if self.kept {
-            return;
-        }
-        let mut state = self.runner.state.lock();
-        if let Some(count) = state.refusals.get_mut(&self.parent) {
-            *count = count.saturating_sub(1);
-        }
-    }
-}
-
 fn parent_settled(name: &str, parent: &CallId, why: &str) -> TinyAgentsError {
     TinyAgentsError::ToolFailed {
         tool: name.to_owned(),
@@ -233,23 +207,6 @@ impl NestedRunner {
         self.state.lock().active.insert(call.clone());
     }
 
-    /// Charges a call of `parent` against its refusal quota before it is
-    /// evaluated; `None` when the quota is spent (the call is refused
-    /// without evaluation).
-    pub(crate) fn charge_refusal(&self, parent: &CallId) -> Option<QuotaCharge<'_>> {
-        let mut state = self.state.lock();
-        let count = state.refusals.entry(parent.clone()).or_insert(0);
-        if *count >= REFUSAL_CAP {
-            return None;
-        }
-        *count += 1;
-        Some(QuotaCharge {
-            runner: self,
-            parent: parent.clone(),
-            kept: false,
-        })
-    }
-
     /// The serialised arguments a summary keeps (only under capture, and
     /// redacted).
     pub(crate) fn summary_args(&self, arguments: &Value) -> Option<String> {
@@ -259,24 +216,58 @@ impl NestedRunner {
         })
     }
 
-    /// Registers a call whose `ToolStarted` was delivered.
-    pub(crate) fn started(&self, id: &CallId, parent: &CallId, name: &str, args: Option<String>) {
+    /// Registers a call whose `ToolStarted` was delivered, and charges it
+    /// against its parent's refusal quota before it is evaluated: `false`
+    /// when the quota is spent (the call is refused without evaluation).
+    /// The charge is given back when the call is admitted or abandoned and
+    /// kept when it is refused, so however calls interleave, no more than
+    /// the quota are ever evaluated towards refusal.
+    pub(crate) fn started(
+        &self,
+        id: &CallId,
+        parent: &CallId,
+        name: &str,
+        args: Option<String>,
+    ) -> bool {
         let mut state = self.state.lock();
+        let count = state.refusals.entry(parent.clone()).or_insert(0);
+        let charged = *count < REFUSAL_CAP;
+        if charged {
+            *count += 1;
+        }
         state.in_flight.insert(
             id.clone(),
             InFlight {
                 parent: parent.clone(),
                 name: name.to_owned(),
+                charged,
                 started: Instant::now(),
                 args,
             },
         );
+        charged
+    }
+
+    /// Gives back a call's place in its parent's refusal quota.
+    fn refund(state: &mut RunnerState, parent: &CallId, flight_charged: &mut bool) {
+        if std::mem::take(flight_charged)
+            && let Some(count) = state.refusals.get_mut(parent)
+        {
+            *count = count.saturating_sub(1);
+        }
     }
 
     /// Records the hold an admitted call runs under; from now on it may
     /// make nested calls of its own.
     pub(crate) fn admitted(&self, id: &CallId, kind: HoldKind) {
         let mut state = self.state.lock();
+        let charge = state
+            .in_flight
+            .get_mut(id)
+            .map(|flight| (flight.parent.clone(), std::mem::take(&mut flight.charged)));
+        if let Some((parent, mut charged)) = charge {
+            Self::refund(&mut state, &parent, &mut charged);
+        }
         state.holds.insert(id.clone(), kind);
         state.active.insert(id.clone());
     }
@@ -298,10 +289,14 @@ impl NestedRunner {
         &self,
         state: &mut RunnerState,
         id: &CallId,
-        flight: InFlight,
+        mut flight: InFlight,
         status: NestedStatus,
         error: &str,
     ) {
+        if status == NestedStatus::Abandoned {
+            // Its caller left before it was decided: not a refusal.
+            Self::refund(state, &flight.parent, &mut flight.charged);
+        }
         let duration_ms = super::millis(flight.started);
         state.holds.remove(id);
         state.child_gates.remove(id);
@@ -527,7 +522,7 @@ impl NestedRunner {
         self.events
             .started_nested(id, parent, name, arguments)
             .await;
-        self.started(id, parent, name, self.summary_args(arguments));
+        let _charged = self.started(id, parent, name, self.summary_args(arguments));
         self.end_failed(id, 0, NestedStatus::Failed, message).await;
     }
 

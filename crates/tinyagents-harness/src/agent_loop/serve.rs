@@ -30,13 +30,14 @@ impl Run<'_> {
         self.events
             .started_nested(&id, &parent, &name, &arguments)
             .await;
-        runner.started(&id, &parent, &name, runner.summary_args(&arguments));
+        let charged = runner.started(&id, &parent, &name, runner.summary_args(&arguments));
         let call = ToolCall::new(id.clone(), name, arguments);
         let scope = Scope::Nested {
             ctx: &self.ctx,
             state: &self.state,
             parent: &parent,
             runner,
+            quota_spent: !charged,
         };
         let admission = tokio::select! {
             biased;
@@ -94,9 +95,7 @@ impl Run<'_> {
                     nested: Some(runner),
                     args_hash: args_hash.as_deref(),
                 };
-                // Boxed: inline, the execution's future would more than
-                // double the size of every nested call's servicing future.
-                let work = Box::pin(self.execute_call(call, entry, site));
+                let work = self.execute_call(call, entry, site);
                 tokio::select! {
                     biased;
                     outcome = work => Some(outcome),

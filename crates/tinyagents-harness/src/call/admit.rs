@@ -5,7 +5,7 @@
 //!
 //! | stage | model-issued | nested |
 //! |---|---|---|
-//! | refusal quota | — | the 9th refusal of a parent is refused unevaluated |
+//! | refusal quota | — | charged as the call arrives (given back when admitted): the 9th refusal of a parent is refused unevaluated |
 //! | cancellation | — | a cancelled run refuses |
 //! | bounds | `max_parallel_calls` per turn | `max_nested_depth` |
 //! | budget | every issued call spends a slot | — (reserved later) |
@@ -32,7 +32,7 @@ use tinytools::{InvalidArgsPolicy, RegisteredTool, prepare_arguments, prepare_ow
 use super::contain::contain;
 use super::emit::ToolEvents;
 use crate::agent_loop::Start;
-use crate::agent_loop::nested::{Hold, HoldKind, NestedRunner, QuotaCharge, REFUSAL_CAP};
+use crate::agent_loop::nested::{Hold, HoldKind, NestedRunner, REFUSAL_CAP};
 use crate::harness::AgentHarness;
 
 /// Where a call comes from, with what its admission may borrow.
@@ -50,6 +50,9 @@ pub(crate) enum Scope<'a> {
         state: &'a State,
         parent: &'a CallId,
         runner: &'a NestedRunner,
+        /// Its parent had its quota of refused calls when it arrived (the
+        /// runner charges the quota as a call arrives).
+        quota_spent: bool,
     },
 }
 
@@ -146,7 +149,6 @@ struct Admitting<'h, 'a> {
     /// that answers a gate's question; a middleware's approval granted
     /// during admission answers only the approval stage.
     approved_by_person: bool,
-    charge: Option<QuotaCharge<'a>>,
     slot: Option<NestedSlot<'a>>,
     hold: Option<(Hold, HoldKind)>,
     recorded: Option<ToolResult>,
@@ -204,7 +206,6 @@ impl AgentHarness {
             entry: None,
             deferred: None,
             approved_by_person: false,
-            charge: None,
             slot: None,
             hold: None,
             recorded: None,
@@ -221,9 +222,6 @@ impl AgentHarness {
                 continue;
             }
             if let Err(stop) = self.stage(stage, &mut scope, events, &mut admitting).await {
-                if let Some(charge) = admitting.charge.take() {
-                    charge.keep();
-                }
                 return match stop {
                     Stop::Refuse(error) => Admission::Refused(admitting.call, error),
                     Stop::Fatal(error) => Admission::Fatal(admitting.call, error),
@@ -270,17 +268,17 @@ impl AgentHarness {
     {
         match stage {
             Stage::RefusalQuota => {
-                if let Scope::Nested { parent, runner, .. } = scope {
-                    match runner.charge_refusal(parent) {
-                        Some(charge) => a.charge = Some(charge),
-                        None => {
-                            return Err(Stop::Refuse(TinyAgentsError::NestedRefusalCap {
-                                tool: a.call.name.clone(),
-                                parent: (*parent).clone(),
-                                cap: REFUSAL_CAP,
-                            }));
-                        }
-                    }
+                if let Scope::Nested {
+                    parent,
+                    quota_spent: true,
+                    ..
+                } = scope
+                {
+                    return Err(Stop::Refuse(TinyAgentsError::NestedRefusalCap {
+                        tool: a.call.name.clone(),
+                        parent: (*parent).clone(),
+                        cap: REFUSAL_CAP,
+                    }));
                 }
                 Ok(())
             }
