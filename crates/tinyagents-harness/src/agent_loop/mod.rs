@@ -458,12 +458,15 @@ pub(crate) async fn report_failure(
 }
 
 /// Runs `future` within `deadline`; `None` when the deadline passed first.
-pub(crate) async fn with_deadline<F: std::future::Future>(
+/// Not an `async fn`: one of those would keep `future` twice (as its
+/// argument and inside the timeout), doubling every call's future.
+pub(crate) fn with_deadline<F: std::future::Future>(
     deadline: Option<std::time::Duration>,
     future: F,
-) -> Option<F::Output> {
+) -> impl std::future::Future<Output = Option<F::Output>> {
+    use futures_util::future::Either;
     match deadline {
-        Some(limit) => tokio::time::timeout(limit, future).await.ok(),
-        None => Some(future.await),
+        Some(limit) => Either::Left(tokio::time::timeout(limit, future).map(Result::ok)),
+        None => Either::Right(future.map(Some)),
     }
 }

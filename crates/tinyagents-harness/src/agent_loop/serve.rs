@@ -95,10 +95,11 @@ impl Run<'_> {
                     nested: Some(runner),
                     args_hash: args_hash.as_deref(),
                 };
-                let work = self.execute_call(call, entry, site);
+                // Made inside the `select!`, so this future holds the call's
+                // once (a local moved into it would be kept twice).
                 tokio::select! {
                     biased;
-                    outcome = work => Some(outcome),
+                    outcome = self.execute_call(call, entry, site) => Some(outcome),
                     () = reply.closed() => None,
                 }
             }

@@ -97,10 +97,13 @@ impl Run<'_> {
         let onion = Next::new(&harness.wraps, entry.tool().as_ref()).run(&wrap_context, call);
         let guarded = AssertUnwindSafe(onion).catch_unwind().instrument(span);
         let bounded = with_deadline(timeout, guarded);
-        let finished = match scope {
-            Some(scope) => NESTED_SCOPE.scope(scope, bounded).await,
-            None => bounded.await,
-        };
+        // One await point whatever the scope: the future then holds the
+        // call's execution once. Without nesting the scope's runner refuses.
+        let scope = scope.unwrap_or_else(|| NestedScope {
+            runner: NestedToolRunner::Disabled,
+            call_id: call_id.clone(),
+        });
+        let finished = NESTED_SCOPE.scope(scope, bounded).await;
         let mut result = match finished {
             None => Err(TinyAgentsError::Timeout {
                 what: spec.name.clone(),
