@@ -10,22 +10,55 @@ use serde_json::{Value, json};
 use tinyagents::CallId;
 use tinyagents::prelude::*;
 
-/// Runs `harness` on `request`, collecting every event it emits.
-pub async fn run_collecting(
-    harness: &AgentHarness,
-    request: RunRequest,
-) -> (Result<AgentRun, TinyAgentsError>, Vec<AgentEvent>) {
+/// A sink whose events a task of their own collects: drop the sink when the
+/// run is done, then await the handle for every event it sent.
+pub fn collector() -> (EventSink, tokio::task::JoinHandle<Vec<AgentEvent>>) {
     let (sink, mut receiver) = event_channel(16);
-    let collector = tokio::spawn(async move {
+    let collected = tokio::spawn(async move {
         let mut events = Vec::new();
         while let Some(event) = receiver.recv().await {
             events.push(event);
         }
         events
     });
+    (sink, collected)
+}
+
+/// Runs `harness` on `request`, collecting every event it emits.
+pub async fn run_collecting(
+    harness: &AgentHarness,
+    request: RunRequest,
+) -> (Result<AgentRun, TinyAgentsError>, Vec<AgentEvent>) {
+    let (sink, collected) = collector();
     let result = harness.run_with(request, &sink).await;
     drop(sink);
-    (result, collector.await.unwrap())
+    (result, collected.await.unwrap())
+}
+
+/// Joins futures, polling them together on the current task (no `futures`
+/// crate needed).
+pub async fn join_all<F: std::future::Future>(futures: Vec<F>) -> Vec<F::Output> {
+    use std::pin::Pin;
+    use std::task::Poll;
+    let mut futures: Vec<Pin<Box<F>>> = futures.into_iter().map(Box::pin).collect();
+    let mut outputs: Vec<Option<F::Output>> = futures.iter().map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        let mut done = true;
+        for (future, output) in futures.iter_mut().zip(outputs.iter_mut()) {
+            if output.is_none() {
+                match future.as_mut().poll(cx) {
+                    Poll::Ready(value) => *output = Some(value),
+                    Poll::Pending => done = false,
+                }
+            }
+        }
+        if done { Poll::Ready(()) } else { Poll::Pending }
+    })
+    .await;
+    outputs
+        .into_iter()
+        .map(|output| output.expect("every future finished"))
+        .collect()
 }
 
 /// Asserts that every `ToolStarted` has exactly one terminal event, and no
@@ -271,14 +304,7 @@ pub async fn resume_collecting(
     suspended: tinyagents::SuspendedRun,
     decisions: &[tinyagents::ApprovalDecision],
 ) -> (Result<AgentRun, TinyAgentsError>, Vec<AgentEvent>) {
-    let (sink, mut receiver) = event_channel(16);
-    let collector = tokio::spawn(async move {
-        let mut events = Vec::new();
-        while let Some(event) = receiver.recv().await {
-            events.push(event);
-        }
-        events
-    });
+    let (sink, collected) = collector();
     let result = harness
         .resume(
             suspended,
@@ -288,7 +314,7 @@ pub async fn resume_collecting(
         )
         .await;
     drop(sink);
-    (result, collector.await.unwrap())
+    (result, collected.await.unwrap())
 }
 
 /// The JSON text of every event, one per line, for searching.

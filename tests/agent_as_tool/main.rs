@@ -278,20 +278,13 @@ async fn run_collecting(
     scope: Option<&SessionScope>,
     request: RunRequest,
 ) -> (Result<AgentRun, RunError>, Vec<AgentEvent>) {
-    let (sink, mut receiver) = event_channel(16);
-    let collector = tokio::spawn(async move {
-        let mut events = Vec::new();
-        while let Some(event) = receiver.recv().await {
-            events.push(event);
-        }
-        events
-    });
+    let (sink, collected) = tinyagents_tests::collector();
     let result = match scope {
         Some(scope) => active.run_in_session(scope, request, &sink).await,
         None => active.run(request, &sink).await,
     };
     drop(sink);
-    (result, collector.await.unwrap())
+    (result, collected.await.unwrap())
 }
 
 /// Records what the hooks of every built agent see.

@@ -27,11 +27,8 @@ mod origins_prop;
 mod quota;
 mod redaction;
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::task::Poll;
 
 use serde_json::{Value, json};
 use tinyagents::prelude::*;
@@ -356,26 +353,6 @@ pub(crate) fn assert_one_run_end(events: &[AgentEvent]) {
     );
 }
 
-/// Joins futures on the current task (no `futures` crate needed).
-pub(crate) async fn join_all<F: Future>(futures: Vec<F>) -> Vec<F::Output> {
-    let mut futures: Vec<Pin<Box<F>>> = futures.into_iter().map(Box::pin).collect();
-    let mut outputs: Vec<Option<F::Output>> = futures.iter().map(|_| None).collect();
-    std::future::poll_fn(|cx| {
-        let mut done = true;
-        for (future, output) in futures.iter_mut().zip(outputs.iter_mut()) {
-            if output.is_none() {
-                match future.as_mut().poll(cx) {
-                    Poll::Ready(value) => *output = Some(value),
-                    Poll::Pending => done = false,
-                }
-            }
-        }
-        if done { Poll::Ready(()) } else { Poll::Pending }
-    })
-    .await;
-    outputs.into_iter().map(Option::unwrap).collect()
-}
-
 // ===========================================================================
 // Delegation: a coordinator calling an agent exposed as a tool
 // ===========================================================================
@@ -443,17 +420,10 @@ pub(crate) async fn run_coordinator(
     root: &tinyagents::ActiveAgent,
     request: RunRequest,
 ) -> (Result<AgentRun, tinyagents::RunError>, Vec<AgentEvent>) {
-    let (sink, mut receiver) = event_channel(16);
-    let collector = tokio::spawn(async move {
-        let mut events = Vec::new();
-        while let Some(event) = receiver.recv().await {
-            events.push(event);
-        }
-        events
-    });
+    let (sink, collected) = tinyagents_tests::collector();
     let result = root.run(request, &sink).await;
     drop(sink);
-    (result, collector.await.unwrap())
+    (result, collected.await.unwrap())
 }
 
 /// The delegated agent's own events, unwrapped from their `Delegated`

@@ -12,7 +12,8 @@ use tinyagents::prelude::*;
 use tinyagents::{SecurityGate, ToolCallRequest, ToolExecutionContext, ToolVerdict};
 use tinyagents_tests::assert_one_terminal_per_start;
 
-use crate::{Origin, gate_allow, gate_deny, harness, join_all, one_turn, plain, run, t};
+use crate::{Origin, gate_allow, gate_deny, harness, one_turn, plain, run, t};
+use tinyagents_tests::join_all;
 
 const FAN_OUT: usize = 200;
 const REFUSAL_CAP: usize = 8;

@@ -22,7 +22,6 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::task::Poll;
 use std::time::Duration;
 
 use hooks::*;
@@ -145,30 +144,6 @@ fn raises() -> Arc<Scripted> {
 /// Upcasts a tool for registration.
 fn t<T: Tool>(tool: &Arc<T>) -> Arc<dyn Tool> {
     Arc::clone(tool) as Arc<dyn Tool>
-}
-
-/// Joins futures, polling them together on the current task (no `futures`
-/// crate needed).
-async fn join_all<F: Future>(futures: Vec<F>) -> Vec<F::Output> {
-    let mut futures: Vec<Pin<Box<F>>> = futures.into_iter().map(Box::pin).collect();
-    let mut outputs: Vec<Option<F::Output>> = futures.iter().map(|_| None).collect();
-    std::future::poll_fn(|cx| {
-        let mut done = true;
-        for (future, output) in futures.iter_mut().zip(outputs.iter_mut()) {
-            if output.is_none() {
-                match future.as_mut().poll(cx) {
-                    Poll::Ready(value) => *output = Some(value),
-                    Poll::Pending => done = false,
-                }
-            }
-        }
-        if done { Poll::Ready(()) } else { Poll::Pending }
-    })
-    .await;
-    outputs
-        .into_iter()
-        .map(|output| output.expect("every future finished"))
-        .collect()
 }
 
 /// The outcome of one `call_tool` a node made: `None` when the node dropped

@@ -131,6 +131,23 @@ impl ToolEvents {
             .await;
     }
 
+    /// The terminal event of a call that ran: `ToolFailed` (with the text
+    /// the model reads) when it failed, else `ToolCompleted`.
+    pub(crate) async fn ended(
+        &self,
+        id: &CallId,
+        name: &str,
+        duration_ms: u64,
+        result: &ToolResult,
+        failed: bool,
+    ) {
+        if failed {
+            self.failed(id, name, duration_ms, &result.content).await;
+        } else {
+            self.completed(id, name, duration_ms, result).await;
+        }
+    }
+
     /// `ToolStarted` then `ToolFailed` for a call refused before it ran.
     pub(crate) async fn refused(&self, call: &ToolCall, error: &str) {
         self.started(call).await;

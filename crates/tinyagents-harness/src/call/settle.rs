@@ -123,18 +123,9 @@ impl AgentHarness {
                         break;
                     }
                 }
-                match &error {
-                    Some(_) => {
-                        events
-                            .failed(&call.id, &call.name, duration_ms, &result.content)
-                            .await;
-                    }
-                    None => {
-                        events
-                            .completed(&call.id, &call.name, duration_ms, &result)
-                            .await;
-                    }
-                }
+                events
+                    .ended(&call.id, &call.name, duration_ms, &result, error.is_some())
+                    .await;
                 Settlement::Answered { result, error }
             }
             SettleScope::Nested { ctx, state, runner } => {
@@ -161,18 +152,9 @@ impl AgentHarness {
                 if !runner.claim(&call.id, status, summary_error.as_deref()) {
                     return Settlement::Claimed;
                 }
-                match &error {
-                    Some(_) => {
-                        events
-                            .failed(&call.id, &call.name, duration_ms, &result.content)
-                            .await;
-                    }
-                    None => {
-                        events
-                            .completed(&call.id, &call.name, duration_ms, &result)
-                            .await;
-                    }
-                }
+                events
+                    .ended(&call.id, &call.name, duration_ms, &result, error.is_some())
+                    .await;
                 runner.ended(&call.id);
                 Settlement::Answered { result, error }
             }
