@@ -163,8 +163,9 @@ enum Stop {
 
 impl AgentHarness {
     /// Admits one call through every stage of the table that applies to its
-    /// origin. A refusal gives back what the call had reserved (its budget
-    /// slot, its place in the parent's refusal quota on admission).
+    /// origin. A refusal gives back the nested budget slot the call had
+    /// reserved (its place in the parent's refusal quota is the runner's:
+    /// kept on refusal, given back when admitted).
     pub(crate) async fn admit<'h, 'a>(
         &'h self,
         scope: Scope<'a>,
