@@ -19,6 +19,7 @@
 //! | hold | — | the concurrency gate, under the parent's hold |
 //! | ledger | the turn's started rows, written together | the started row |
 
+use std::future::Future;
 use std::panic::AssertUnwindSafe;
 
 use futures_util::FutureExt;
@@ -166,36 +167,38 @@ impl AgentHarness {
     /// origin. A refusal gives back the nested budget slot the call had
     /// reserved (its place in the parent's refusal quota is the runner's:
     /// kept on refusal, given back when admitted).
-    pub(crate) async fn admit<'h, 'a>(
+    pub(crate) fn admit<'h, 'a>(
         &'h self,
         scope: Scope<'a>,
-        events: &ToolEvents,
+        events: &'a ToolEvents,
         call: ToolCall,
-    ) -> Admission<'h>
+    ) -> impl Future<Output = Admission<'h>> + use<'h, 'a>
     where
         'h: 'a,
     {
-        self.admit_through(scope, events, call, false).await
+        // A plain function: an `async fn` forwarding to another keeps its
+        // arguments twice.
+        self.admit_through(scope, events, call, false)
     }
 
     /// Admits a model-issued call again when a person approved it on
     /// resume: every stage once more, except the budget it already spent.
-    pub(crate) async fn readmit<'h, 'a>(
+    pub(crate) fn readmit<'h, 'a>(
         &'h self,
         scope: Scope<'a>,
-        events: &ToolEvents,
+        events: &'a ToolEvents,
         call: ToolCall,
-    ) -> Admission<'h>
+    ) -> impl Future<Output = Admission<'h>> + use<'h, 'a>
     where
         'h: 'a,
     {
-        self.admit_through(scope, events, call, true).await
+        self.admit_through(scope, events, call, true)
     }
 
     async fn admit_through<'h, 'a>(
         &'h self,
         mut scope: Scope<'a>,
-        events: &ToolEvents,
+        events: &'a ToolEvents,
         call: ToolCall,
         spent: bool,
     ) -> Admission<'h>
