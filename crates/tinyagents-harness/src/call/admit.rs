@@ -225,7 +225,39 @@ impl AgentHarness {
             if !applies || (spent && stage == Stage::Budget) {
                 continue;
             }
-            if let Err(stop) = self.stage(stage, &mut scope, events, &mut admitting).await {
+            // Only the stages that wait are awaited, each as its own
+            // future: one future sized for every stage, made at every stage,
+            // would be copied thirteen times per call.
+            let passed = match stage {
+                Stage::Policy => self
+                    .policy(&mut scope, &mut admitting)
+                    .await
+                    .map_err(Stop::Refuse),
+                Stage::Gate => self
+                    .gate(&scope, &mut admitting)
+                    .await
+                    .map_err(Stop::Refuse),
+                Stage::Hold => self.hold(&scope, &mut admitting).await,
+                Stage::Ledger => self.ledger_start(&scope, events, &mut admitting).await,
+                _ => self.stage(stage, &mut scope, events, &mut admitting),
+            };
+            if let (
+                Stage::Budget,
+                true,
+                Err(Stop::Refuse(TinyAgentsError::LimitExceeded { limit, used, .. })),
+            ) = (stage, nested, &passed)
+            {
+                // A spent cap is reported to the nested caller's run too.
+                events
+                    .sink()
+                    .emit(|| AgentEvent::LimitReached {
+                        kind: LimitKind::ToolCalls,
+                        limit: *limit,
+                        used: *used,
+                    })
+                    .await;
+            }
+            if let Err(stop) = passed {
                 return match stop {
                     Stop::Refuse(error) => Admission::Refused(admitting.call, error),
                     Stop::Fatal(error) => Admission::Fatal(admitting.call, error),
@@ -260,7 +292,8 @@ impl AgentHarness {
         })
     }
 
-    async fn stage<'h, 'a>(
+    /// The stages that never wait.
+    fn stage<'h, 'a>(
         &'h self,
         stage: Stage,
         scope: &mut Scope<'a>,
@@ -306,22 +339,7 @@ impl AgentHarness {
                         a.slot = Some(slot);
                         Ok(())
                     }
-                    Err(limit) => {
-                        if let TinyAgentsError::LimitExceeded {
-                            limit: value, used, ..
-                        } = &limit
-                        {
-                            events
-                                .sink()
-                                .emit(|| AgentEvent::LimitReached {
-                                    kind: LimitKind::ToolCalls,
-                                    limit: *value,
-                                    used: *used,
-                                })
-                                .await;
-                        }
-                        Err(Stop::Refuse(limit))
-                    }
+                    Err(limit) => Err(Stop::Refuse(limit)),
                 },
             },
             Stage::Lookup => match self.lookup(&a.call.name) {
@@ -389,50 +407,59 @@ impl AgentHarness {
                     }
                 }
             }
-            Stage::Policy => self.policy(scope, a).await.map_err(Stop::Refuse),
-            Stage::Gate => self.gate(scope, a).await.map_err(Stop::Refuse),
-            Stage::Hold => {
-                let entry = a.entry.ok_or_else(|| Stop::Refuse(before_lookup()))?;
-                if let Scope::Nested { parent, runner, .. } = scope {
-                    let shared = self.runs_shared(entry);
-                    a.hold = Some(
-                        runner
-                            .acquire(parent, &a.call.name, shared)
-                            .await
-                            .map_err(Stop::Refuse)?,
-                    );
-                }
+            // Awaited by the caller, each as its own future.
+            Stage::Policy | Stage::Gate | Stage::Hold | Stage::Ledger => Ok(()),
+        }
+    }
+
+    /// The concurrency gate a nested call runs under, under its parent's
+    /// hold.
+    async fn hold<'h, 'a>(
+        &'h self,
+        scope: &Scope<'a>,
+        a: &mut Admitting<'h, 'a>,
+    ) -> Result<(), Stop> {
+        let entry = a.entry.ok_or_else(|| Stop::Refuse(before_lookup()))?;
+        if let Scope::Nested { parent, runner, .. } = scope {
+            let shared = self.runs_shared(entry);
+            a.hold = Some(
+                runner
+                    .acquire(parent, &a.call.name, shared)
+                    .await
+                    .map_err(Stop::Refuse)?,
+            );
+        }
+        Ok(())
+    }
+
+    /// A nested call's started row (a model-issued turn writes its rows
+    /// together, after admission).
+    async fn ledger_start<'h, 'a>(
+        &'h self,
+        scope: &Scope<'a>,
+        events: &ToolEvents,
+        a: &mut Admitting<'h, 'a>,
+    ) -> Result<(), Stop> {
+        let entry = a.entry.ok_or_else(|| Stop::Refuse(before_lookup()))?;
+        if self.ledger.is_none() {
+            return Ok(());
+        }
+        let hash = tinyagents_core::args_hash(&a.call.arguments);
+        // Boxed: the ledger's future is large and only runs with a ledger.
+        let start =
+            Box::pin(self.start_row(scope.ctx(), events, &a.call, entry.spec(), hash.clone()))
+                .await;
+        a.args_hash = Some(hash);
+        match start {
+            Start::Run => Ok(()),
+            Start::Recorded(result) => {
+                a.recorded = Some(result);
                 Ok(())
             }
-            Stage::Ledger => {
-                let entry = a.entry.ok_or_else(|| Stop::Refuse(before_lookup()))?;
-                if self.ledger.is_none() {
-                    return Ok(());
-                }
-                let hash = tinyagents_core::args_hash(&a.call.arguments);
-                // Boxed: the ledger's future is large and only runs with a
-                // ledger; inline it would grow every admission's future.
-                let start = Box::pin(self.start_row(
-                    scope.ctx(),
-                    events,
-                    &a.call,
-                    entry.spec(),
-                    hash.clone(),
-                ))
-                .await;
-                a.args_hash = Some(hash);
-                match start {
-                    Start::Run => Ok(()),
-                    Start::Recorded(result) => {
-                        a.recorded = Some(result);
-                        Ok(())
-                    }
-                    Start::Refused(text) => Err(Stop::Refuse(TinyAgentsError::tool_failed(
-                        a.call.name.clone(),
-                        text,
-                    ))),
-                }
-            }
+            Start::Refused(text) => Err(Stop::Refuse(TinyAgentsError::tool_failed(
+                a.call.name.clone(),
+                text,
+            ))),
         }
     }
 
