@@ -119,3 +119,48 @@ async fn i10_2_nested_calls_of_approval_required_and_external_tools_are_refused_
         assert_one_run_end(&events);
     }
 }
+
+/// Item 2 (at the seam with execution): a model-issued call whose tool asks
+/// for approval while it runs waits with its arguments intact — without a
+/// middleware the arguments move into the tool, and the pending call gets
+/// them back — and once approved it runs again with the same arguments.
+#[tokio::test]
+async fn i10_2_a_call_that_asks_for_approval_while_running_keeps_its_arguments_for_the_resume() {
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let record = Arc::clone(&seen);
+    let tool = counted(spec("wire"), move |args| {
+        let mut seen = record.lock().unwrap();
+        seen.push(args.clone());
+        if seen.len() == 1 {
+            return Err(anyhow::Error::new(TinyAgentsError::ApprovalRequired {
+                tool: "wire".into(),
+                reason: "a second pair of eyes".into(),
+            }));
+        }
+        Ok(ToolResult::text("wired"))
+    });
+    let harness = harness(
+        one_turn(&[("wire".to_owned(), json!({"amount": 5}))]),
+        vec![t(&tool)],
+        |b| b,
+    );
+    let (result, _) = run(&harness).await;
+    let first = result.unwrap();
+    assert_eq!(first.status, RunStatus::AwaitingApproval);
+    let pending = first.pending();
+    assert_eq!(pending.len(), 1);
+    assert_eq!(pending[0].call.arguments, json!({"amount": 5}));
+
+    let decision = pending[0].approve();
+    let suspended = first.suspended.clone().expect("the run is suspended");
+    let (resumed, events) = resume_collecting(&harness, suspended, &[decision]).await;
+    let resumed = resumed.unwrap();
+    assert_eq!(resumed.status, RunStatus::Completed);
+    assert_eq!(answer(&resumed, "p1"), Some(("wired".to_owned(), false)));
+    assert_eq!(
+        *seen.lock().unwrap(),
+        vec![json!({"amount": 5}), json!({"amount": 5})],
+        "both executions got the model's arguments"
+    );
+    assert_one_terminal_per_start(&events);
+}

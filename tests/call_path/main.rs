@@ -21,6 +21,7 @@
 #![allow(missing_docs, clippy::unwrap_used, clippy::expect_used)]
 
 mod approval;
+mod cancellation;
 mod capture;
 mod containment;
 mod origins_prop;

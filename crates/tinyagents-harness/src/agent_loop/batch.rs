@@ -41,6 +41,10 @@ impl Run<'_> {
             .iter()
             .filter(|slot| matches!(slot, Slot::Run { .. }))
             .count();
+        if self.ctx.is_cancelled() {
+            // Nothing starts in a cancelled run; the fold answers each call.
+            return;
+        }
         if runnable == 1 && !nesting {
             // The common turn: one call and no nested calls to service.
             if let Some(slot) = slots.iter_mut().find(|s| matches!(s, Slot::Run { .. })) {

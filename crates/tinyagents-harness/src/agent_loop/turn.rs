@@ -300,6 +300,7 @@ impl<'h> Run<'h> {
         {
             Settlement::Answered { result, error } => (result, error),
             Settlement::Deferred(reason) => {
+                let call = self.with_arguments(call);
                 Self::fold_pending(fold, PendingCall { call, reason });
                 return;
             }
@@ -333,6 +334,33 @@ impl<'h> Run<'h> {
             is_error: result.is_error,
         };
         self.fold_settled(fold, message);
+    }
+}
+
+impl Run<'_> {
+    /// `call` with its arguments, for a call that waits for a person after
+    /// it ran: without middlewares its arguments moved into the tool (see
+    /// `call_to_run`), and the transcript's copy, unredacted then, is the
+    /// model's; resuming prepares them again.
+    fn with_arguments(&self, mut call: ToolCall) -> ToolCall {
+        if !call.arguments.is_null() {
+            return call;
+        }
+        let original = self
+            .state
+            .messages
+            .iter()
+            .rev()
+            .find_map(|message| match message {
+                Message::Assistant { tool_calls, .. } => {
+                    tool_calls.iter().find(|c| c.id == call.id)
+                }
+                _ => None,
+            });
+        if let Some(original) = original {
+            call.arguments = original.arguments.clone();
+        }
+        call
     }
 }
 
