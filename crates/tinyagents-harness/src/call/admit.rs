@@ -528,7 +528,9 @@ impl AgentHarness {
                     }
                     match verdict {
                         ToolVerdict::Allow => {}
-                        ToolVerdict::Deny { reason } => return Err(denial(name, reason)),
+                        ToolVerdict::Deny { reason } => {
+                            return Err(denial(name, reason, &a.call.name));
+                        }
                         ToolVerdict::Defer { reason } => {
                             a.deferred.get_or_insert(reason);
                         }
@@ -592,10 +594,10 @@ impl AgentHarness {
 
 /// A middleware's denial. A reason that already names who denied is kept
 /// as it is, so the text does not say it twice.
-fn denial(by: &str, reason: String) -> TinyAgentsError {
+fn denial(by: &str, reason: String, tool: &str) -> TinyAgentsError {
     if reason.starts_with("denied by ") {
         TinyAgentsError::ToolFailed {
-            tool: by.to_owned(),
+            tool: tool.to_owned(),
             message: reason,
         }
     } else {
