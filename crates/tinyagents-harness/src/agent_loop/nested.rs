@@ -527,7 +527,8 @@ impl NestedRunner {
     }
 
     /// Claims a call's end and delivers its `ToolFailed`, unless its end was
-    /// already claimed.
+    /// already claimed. `error` is redacted first (a refusal may quote what
+    /// a hook or the gate said).
     pub(crate) async fn end_failed(
         &self,
         id: &CallId,
@@ -536,30 +537,40 @@ impl NestedRunner {
         error: &str,
     ) {
         let error = self.events.redaction().text(error.to_owned());
-        let name = {
-            let state = self.state.lock();
-            state.in_flight.get(id).map(|flight| flight.name.clone())
-        };
-        let Some(name) = name else {
-            return;
-        };
-        if self.claim(id, status, Some(&error)) {
-            self.events.failed(id, &name, duration_ms, &error).await;
-            self.ended(id);
-        }
+        self.end_with(id, duration_ms, status, |_| error).await;
     }
 
     /// Ends a call whose caller stopped waiting for it.
     pub(crate) async fn end_abandoned(&self, id: &CallId, parent: &CallId) {
-        let name = {
-            let state = self.state.lock();
-            state.in_flight.get(id).map(|flight| flight.name.clone())
+        let text = |name: &str| {
+            format!("parent settled: {parent} stopped waiting for nested call '{name}'")
         };
-        let Some(name) = name else {
-            return; // its end was already claimed
+        self.end_with(id, 0, NestedStatus::Abandoned, text).await;
+    }
+
+    /// Claims a call's end in one lock, its error text made from its name,
+    /// and delivers its `ToolFailed`; nothing when its end was claimed
+    /// already.
+    async fn end_with(
+        &self,
+        id: &CallId,
+        duration_ms: u64,
+        status: NestedStatus,
+        error: impl FnOnce(&str) -> String,
+    ) {
+        let claimed = {
+            let mut state = self.state.lock();
+            state.in_flight.remove(id).map(|flight| {
+                let name = flight.name.clone();
+                let error = error(&name);
+                self.close(&mut state, id, flight, status, &error);
+                (name, error)
+            })
         };
-        let text = format!("parent settled: {parent} stopped waiting for nested call '{name}'");
-        self.end_failed(id, 0, NestedStatus::Abandoned, &text).await;
+        if let Some((name, error)) = claimed {
+            self.events.failed(id, &name, duration_ms, &error).await;
+            self.ended(id);
+        }
     }
 
     /// Delivers the `ToolFailed` of nested calls whose end a sweep claimed.
