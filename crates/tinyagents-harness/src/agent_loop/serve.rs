@@ -105,7 +105,7 @@ impl Run<'_> {
             }
         };
         drop(hold);
-        let Some(outcome) = outcome else {
+        let Some(outcome) = outcome.map(CallOutcome::for_nested) else {
             // The calling tool stopped waiting: the call is abandoned; its
             // ledger row (if any) stays started.
             runner.end_abandoned(&id, &parent).await;

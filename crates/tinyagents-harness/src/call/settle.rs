@@ -35,6 +35,15 @@ impl CallOutcome {
         }
     }
 
+    /// A nested call's outcome: it cannot wait for a person, so an
+    /// approval asked for while it ran is its refusal.
+    pub(crate) fn for_nested(mut self) -> Self {
+        if let Err(TinyAgentsError::ApprovalRequired { tool, .. }) = self.result {
+            self.result = Err(TinyAgentsError::NestedApprovalRequired { tool });
+        }
+        self
+    }
+
     /// A call of a batch the run's cancellation stopped.
     pub(crate) fn cancelled(tool: &str) -> Self {
         Self {
@@ -91,23 +100,20 @@ impl AgentHarness {
         let duration_ms = outcome.duration_ms;
         let (mut result, mut error) = match outcome.result {
             Ok(result) => (result, None),
-            Err(TinyAgentsError::ApprovalRequired { tool, reason }) => match scope {
-                SettleScope::Model { .. } => {
-                    // Raised during execution: the call waits for a person
-                    // like one deferred at admission.
-                    let text = format!(
-                        "tool '{tool}' requires approval: {reason}; the run waits for a decision"
-                    );
-                    events
-                        .failed(&call.id, &call.name, duration_ms, &text)
-                        .await;
-                    return Settlement::Deferred(reason);
-                }
-                SettleScope::Nested { .. } => {
-                    let error = TinyAgentsError::NestedApprovalRequired { tool };
-                    (ToolResult::error(error.to_string()), Some(error))
-                }
-            },
+            // Raised during execution: a model-issued call waits for a
+            // person like one deferred at admission (a nested call's was made
+            // its refusal as it ended: `CallOutcome::for_nested`).
+            Err(TinyAgentsError::ApprovalRequired { tool, reason })
+                if matches!(scope, SettleScope::Model { .. }) =>
+            {
+                let text = format!(
+                    "tool '{tool}' requires approval: {reason}; the run waits for a decision"
+                );
+                events
+                    .failed(&call.id, &call.name, duration_ms, &text)
+                    .await;
+                return Settlement::Deferred(reason);
+            }
             Err(error) => (ToolResult::error(error.to_string()), Some(error)),
         };
         match scope {
@@ -194,10 +200,7 @@ impl AgentHarness {
                 redaction.result(&mut stored);
                 Outcome::Completed(stored)
             }
-            Err(TinyAgentsError::ApprovalRequired { tool, .. }) if call_id.is_nested() => {
-                let error = TinyAgentsError::NestedApprovalRequired { tool: tool.clone() };
-                Outcome::Failed(error.to_string())
-            }
+            // It runs once approved: its row stays started.
             Err(TinyAgentsError::ApprovalRequired { .. }) => return,
             Err(error) => Outcome::Failed(redaction.text(error.to_string())),
         };
