@@ -40,7 +40,7 @@ use tinyagents::prelude::*;
 use tinyagents::{
     ApprovalFn, CallId, HumanApprovalMiddleware, PlanModeMiddleware, RunContext, RunId,
     SecurityGate, SideEffects, State, ToolAllowlistMiddleware, ToolCallRequest,
-    ToolExecutionContext, ToolPolicyMiddleware, ToolRegistry, ToolVerdict, args_hash,
+    ToolExecutionContext, ToolPolicyMiddleware, ToolRegistry, ToolVerdict,
 };
 
 use crate::{Decision, GateAnswer, decision_of, gate_decision};
@@ -311,12 +311,13 @@ fn registry(tools: &[Arc<dyn Tool>]) -> Arc<ToolRegistry> {
 }
 
 /// A run context holding `registry`, with the approvals `grants` (call
-/// ids) for `args`.
-fn context(registry: &Arc<ToolRegistry>, grants: &[&str], args: &Value) -> RunContext {
+/// ids) for `tool` with `args`.
+fn context(registry: &Arc<ToolRegistry>, grants: &[&str], tool: &str, args: &Value) -> RunContext {
     let mut ctx = RunContext::new(RunId::new("prop"), RunLimits::default());
     ctx.extensions.insert(Arc::clone(registry));
     for id in grants {
-        ctx.approvals.grant(CallId::new(*id), args_hash(args));
+        let call = ToolCall::new(CallId::new(*id), tool, args.clone());
+        ctx.approve_call(&call);
     }
     ctx
 }
@@ -409,11 +410,11 @@ async fn check_policy_case(case: PolicyCase) -> Result<(), TestCaseError> {
     };
     for policy in middlewares(&case.policies) {
         let by = policy.name().to_owned();
-        let mut plain = context(&tools, &[], &args);
+        let mut plain = context(&tools, &[], name, &args);
         let model = model_decision(policy.as_ref(), &mut plain, MODEL, name, &args).await;
         // The same call on the nested path, at two levels, with every id
         // granted when `granted`: a grant by id never reaches a nested call.
-        let granted = context(&tools, &grants, &args);
+        let granted = context(&tools, &grants, name, &args);
         let expected = nested_counterpart(&model, &by, name);
         for id in NESTED {
             let call = ToolCall::new(CallId::new(id), name, args.clone());
@@ -433,7 +434,7 @@ async fn check_policy_case(case: PolicyCase) -> Result<(), TestCaseError> {
         }
         // A grant by id lets the model-issued call run.
         if case.granted && matches!(model, Decision::Defer(_)) {
-            let mut with_grant = context(&tools, &grants, &args);
+            let mut with_grant = context(&tools, &grants, name, &args);
             let after = model_decision(policy.as_ref(), &mut with_grant, MODEL, name, &args).await;
             prop_assert_eq!(after, Decision::Allow, "{} on {}: a granted call", by, name);
         }
@@ -602,14 +603,14 @@ impl Oracle<'_> {
     /// callback allowing it: the harness's fail-closed approval stage then
     /// lets a flagged tool through).
     async fn decisions(&self, name: &str, args: &Value) -> (Vec<(String, Decision)>, bool) {
-        let mut ctx = context(self.tools, &[], args);
+        let mut ctx = context(self.tools, &[], name, args);
         let mut out = Vec::new();
         for policy in self.policies {
             let decision = model_decision(policy.as_ref(), &mut ctx, "p1", name, args).await;
             out.push((policy.name().to_owned(), decision));
         }
         let call = ToolCall::new(CallId::new("p1"), name, args.clone());
-        let approved = ctx.approvals.is_call_approved(&call);
+        let approved = ctx.is_call_approved(&call);
         (out, approved)
     }
 

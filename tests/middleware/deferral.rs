@@ -80,8 +80,8 @@ async fn a_deferred_call_suspends_the_run_after_the_rest_of_its_turn_settles() {
     );
     assert_eq!(run.pending().len(), 1);
     assert_eq!(
-        suspended.budget.tool_calls, 4,
-        "every issued call spent its slot"
+        suspended.budget.tool_calls, 3,
+        "every issued call spent its slot, but the waiting one gave it back: resuming reserves it again"
     );
     // The settled calls' events are complete; the pending call has none yet.
     assert_one_terminal_per_start(&events);
@@ -125,7 +125,7 @@ async fn resume_after_json_runs_the_approved_call_exactly_once() {
     );
     assert_eq!(
         run.budget.tool_calls, 4,
-        "the approved call spent no second slot"
+        "the approved call spent one slot, reserved again on resume"
     );
     assert_eq!(run.budget.model_calls, 2);
     assert_transcript_paired(&run.messages);
@@ -210,7 +210,8 @@ async fn an_approval_does_not_apply_to_a_pending_call_whose_arguments_changed() 
         tool_results(&run.messages)[1],
         (
             "deploy".into(),
-            "refused: the approval does not match this call's arguments, so it was not run".into(),
+            "refused: the approval does not match this call's tool or arguments, so it was not run"
+                .into(),
             true
         )
     );

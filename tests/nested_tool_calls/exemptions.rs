@@ -5,7 +5,7 @@ use tinyagents::REDACTED;
 
 /// A middleware that, in `before_tool` of the first model call, grants
 /// approvals by id: one for the nested id `p1/1` and one for the model id
-/// `p2`, both for the arguments `{"to": "x"}`.
+/// `p2`, both for `mail` with the arguments `{"to": "x"}`.
 struct Granter;
 
 #[async_trait]
@@ -22,8 +22,11 @@ impl Middleware for Granter {
     ) -> Result<ToolVerdict, TinyAgentsError> {
         if call.id.as_str() == "p1" {
             let hash = args_hash(&json!({"to": "x"}));
-            ctx.approvals.grant(CallId::new("p1/1"), hash.clone());
-            ctx.approvals.grant(CallId::new("p2"), hash);
+            let run = ctx.run_id.clone();
+            ctx.approvals
+                .grant_hashed(&run, &CallId::new("p1/1"), "mail", hash.clone());
+            ctx.approvals
+                .grant_hashed(&run, &CallId::new("p2"), "mail", hash);
         }
         Ok(ToolVerdict::Allow)
     }

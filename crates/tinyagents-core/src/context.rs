@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
+use crate::call::ToolCall;
 use crate::error::TinyAgentsError;
 use crate::extensions::{Approvals, Extensions};
 use crate::ids::{AgentId, RunId};
@@ -93,6 +94,17 @@ impl RunContext {
     pub fn with_cancellation(mut self, token: CancellationToken) -> Self {
         self.cancel = token;
         self
+    }
+
+    /// Approves `call` of this run as it is (its id, tool and arguments).
+    pub fn approve_call(&mut self, call: &ToolCall) {
+        self.approvals.grant(&self.run_id, call);
+    }
+
+    /// Whether `call` of this run is approved, with this tool and these
+    /// arguments.
+    pub fn is_call_approved(&self, call: &ToolCall) -> bool {
+        self.approvals.is_call_approved(&self.run_id, call)
     }
 
     /// The shared budget.

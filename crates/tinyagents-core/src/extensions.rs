@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use crate::call::ToolCall;
 use crate::hash::args_hash;
-use crate::ids::CallId;
+use crate::ids::{CallId, RunId};
 
 /// A small map from type to value. Values are shared (`Arc`), so cloning a
 /// context does not copy them.
@@ -46,27 +46,60 @@ impl Extensions {
     }
 }
 
-/// Approvals a person granted, each bound to a call id and the hash of the
-/// call's arguments: a changed call is not approved by it.
+/// Approvals granted for a run's calls. Each binds the run, the call id,
+/// the tool's name and the hash of the call's prepared arguments: a call
+/// that differs in any of them is not approved by it. An approval is single
+/// use: the harness consumes it when its call is admitted to run.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Approvals {
-    granted: HashMap<CallId, String>,
+    granted: HashMap<CallId, Grant>,
+}
+
+/// What one approval binds besides the call id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Grant {
+    run: RunId,
+    tool: String,
+    args_hash: String,
 }
 
 impl Approvals {
-    /// Grants the call `call_id` with arguments hashing to `args_hash`.
-    pub fn grant(&mut self, call_id: CallId, args_hash: String) {
-        self.granted.insert(call_id, args_hash);
+    /// Approves `call` of `run` as it is (its tool and arguments).
+    pub fn grant(&mut self, run: &RunId, call: &ToolCall) {
+        self.grant_hashed(run, &call.id, &call.name, args_hash(&call.arguments));
     }
 
-    /// Whether this exact call (id and arguments) was approved.
-    pub fn is_call_approved(&self, call: &ToolCall) -> bool {
-        self.granted
-            .get(&call.id)
-            .is_some_and(|hash| *hash == args_hash(&call.arguments))
+    /// Approves the call `call` of `run` to tool `tool` with arguments
+    /// hashing to `args_hash` ([`args_hash`](crate::args_hash)).
+    pub fn grant_hashed(&mut self, run: &RunId, call: &CallId, tool: &str, args_hash: String) {
+        self.granted.insert(
+            call.clone(),
+            Grant {
+                run: run.clone(),
+                tool: tool.to_owned(),
+                args_hash,
+            },
+        );
     }
 
-    /// Whether nothing was approved.
+    /// Whether this exact call of `run` (id, tool and arguments) is approved.
+    pub fn is_call_approved(&self, run: &RunId, call: &ToolCall) -> bool {
+        self.granted.get(&call.id).is_some_and(|grant| {
+            grant.run == *run
+                && grant.tool == call.name
+                && grant.args_hash == args_hash(&call.arguments)
+        })
+    }
+
+    /// Consumes the approval of `call` of `run`: whether it was approved.
+    /// An approval that does not match the call is withdrawn too.
+    pub fn consume(&mut self, run: &RunId, call: &ToolCall) -> bool {
+        let approved = self.is_call_approved(run, call);
+        self.granted.remove(&call.id);
+        approved
+    }
+
+    /// Whether nothing is approved.
     pub fn is_empty(&self) -> bool {
         self.granted.is_empty()
     }

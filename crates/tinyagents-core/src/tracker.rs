@@ -155,6 +155,28 @@ impl LimitTracker {
         }
     }
 
+    /// Gives back the slot of a model-issued call that did not run (a call
+    /// that waits for a person: resuming reserves it again). Call it only
+    /// after a successful [`Self::try_reserve_tool_call`].
+    pub fn release_tool_call(&self) {
+        let mut word = self.calls.load(Ordering::Acquire);
+        loop {
+            if word & LOW_MASK == 0 {
+                // Nothing to release: a caller bug, but never underflow.
+                return;
+            }
+            match self.calls.compare_exchange_weak(
+                word,
+                word - 1,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return,
+                Err(actual) => word = actual,
+            }
+        }
+    }
+
     /// Reserves a model call.
     pub fn try_reserve_model_call(&self) -> Result<(), TinyAgentsError> {
         let mut used = self.model_calls.load(Ordering::Acquire);

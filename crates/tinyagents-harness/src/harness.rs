@@ -5,7 +5,8 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value};
 use tinyagents_core::{
-    AgentId, ChatModel, ModelOptions, PayloadCapture, RunLimits, TinyAgentsError, ToolDefinition,
+    AgentId, CallId, ChatModel, ModelOptions, PayloadCapture, RunId, RunLimits, TinyAgentsError,
+    ToolDefinition,
 };
 use tinyagents_ledger::{EffectLedger, LedgerFailure};
 use tinyagents_middleware::{Middleware, SecurityGate, ToolMiddleware};
@@ -33,6 +34,9 @@ pub struct AgentHarness {
     pub(crate) ledger: Option<Arc<dyn EffectLedger>>,
     pub(crate) ledger_failure: LedgerFailure,
     pub(crate) event_buffer: usize,
+    /// Approved calls that ran after a resume, by run: without a ledger,
+    /// the record that an approval was used (for this harness's lifetime).
+    pub(crate) approvals_used: Arc<parking_lot::Mutex<HashSet<(RunId, CallId)>>>,
 }
 
 impl std::fmt::Debug for AgentHarness {
@@ -317,6 +321,7 @@ impl AgentHarnessBuilder {
             ledger: self.ledger,
             ledger_failure: self.ledger_failure,
             event_buffer: self.event_buffer,
+            approvals_used: Arc::default(),
         })
     }
 }

@@ -75,6 +75,8 @@ impl RunRequest {
 /// A call waiting for a person's decision.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PendingCall {
+    /// The run it belongs to.
+    pub run_id: RunId,
     /// The call, with its prepared arguments.
     pub call: ToolCall,
     /// Why it waits.
@@ -82,33 +84,39 @@ pub struct PendingCall {
 }
 
 impl PendingCall {
-    /// Approves this call as it is: the approval binds to its id and the
-    /// hash of its arguments.
+    /// Approves this call as it is: the approval binds to its run, its id,
+    /// its tool and the hash of its arguments, and is used once.
     pub fn approve(&self) -> ApprovalDecision {
-        ApprovalDecision {
-            call_id: self.call.id.clone(),
-            args_hash: args_hash(&self.call.arguments),
-            approved: true,
-            reason: None,
-        }
+        self.decide(true, None)
     }
 
     /// Denies this call; the model reads `reason`.
     pub fn deny(&self, reason: impl Into<String>) -> ApprovalDecision {
+        self.decide(false, Some(reason.into()))
+    }
+
+    fn decide(&self, approved: bool, reason: Option<String>) -> ApprovalDecision {
         ApprovalDecision {
+            run_id: self.run_id.clone(),
             call_id: self.call.id.clone(),
+            tool_name: self.call.name.clone(),
             args_hash: args_hash(&self.call.arguments),
-            approved: false,
-            reason: Some(reason.into()),
+            approved,
+            reason,
         }
     }
 }
 
-/// A person's decision on a pending call.
+/// A person's decision on a pending call. It applies only to the call it
+/// names: the same run, call id, tool and arguments.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ApprovalDecision {
+    /// The run of the call decided on.
+    pub run_id: RunId,
     /// The call decided on.
     pub call_id: CallId,
+    /// The tool the call names.
+    pub tool_name: String,
     /// The hash of the arguments that were approved.
     pub args_hash: String,
     /// Approved or denied.

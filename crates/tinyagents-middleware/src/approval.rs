@@ -1,6 +1,6 @@
 //! `HumanApprovalMiddleware`: calls of flagged tools wait for a person.
 //!
-//! A flagged model-issued call runs when the host approved its id and
+//! A flagged model-issued call runs when the host approved its id, tool and
 //! arguments (`RunContext::approvals`) or the [`ApprovalFn`] allows it, and
 //! defers the run otherwise. A nested call cannot be deferred and never
 //! inherits an approval granted by id: the callback alone decides, and a
@@ -12,7 +12,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use tinyagents_core::{RunContext, State, TinyAgentsError, ToolCall, args_hash};
+use tinyagents_core::{RunContext, State, TinyAgentsError, ToolCall};
 
 use crate::decision::ToolVerdict;
 use crate::hooks::{Middleware, tool_spec};
@@ -124,7 +124,7 @@ impl HumanApprovalMiddleware {
             return (ToolVerdict::Allow, None);
         }
         let nested = call.id.is_nested();
-        let outcome = if !nested && ctx.approvals.is_call_approved(call) {
+        let outcome = if !nested && ctx.is_call_approved(call) {
             ApprovalOutcome::Granted
         } else {
             match self.ask(call) {
@@ -158,7 +158,7 @@ impl HumanApprovalMiddleware {
 /// The harness runs a tool whose spec declares `approval_required` (or
 /// `external`) only when the call is approved: when this middleware's
 /// callback approves a model-issued call, `before_tool` grants the approval
-/// for that call's id and arguments, so the harness's fail-closed approval
+/// for that call (its id, tool and arguments), so the harness's fail-closed approval
 /// stage lets it through.
 #[async_trait]
 impl Middleware for HumanApprovalMiddleware {
@@ -174,8 +174,7 @@ impl Middleware for HumanApprovalMiddleware {
     ) -> Result<ToolVerdict, TinyAgentsError> {
         let (decision, outcome) = self.assess(ctx, call);
         if outcome == Some(ApprovalOutcome::Approved) && !call.id.is_nested() {
-            ctx.approvals
-                .grant(call.id.clone(), args_hash(&call.arguments));
+            ctx.approve_call(call);
         }
         Ok(decision)
     }
@@ -246,8 +245,7 @@ mod tests {
                 reason: "tool 'deploy' requires a person's approval".into()
             }
         );
-        ctx.approvals
-            .grant(deploy.id.clone(), args_hash(&deploy.arguments));
+        ctx.approve_call(&deploy);
         assert_eq!(model(&mw, &mut ctx, &deploy).await, ToolVerdict::Allow);
         let changed = call("p1", "deploy", json!({"env": "dev"}));
         assert!(matches!(
@@ -299,8 +297,7 @@ mod tests {
         let mut ctx = ctx();
         let inner = call("p1/1", "deploy", json!({}));
         // A grant for the same id does not reach a nested call.
-        ctx.approvals
-            .grant(inner.id.clone(), args_hash(&inner.arguments));
+        ctx.approve_call(&inner);
         let reason = denied_reason(nested(&mw, &ctx, &inner).await, "human_approval");
         assert_eq!(reason, NESTED_APPROVAL);
         assert_eq!(

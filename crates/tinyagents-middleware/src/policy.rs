@@ -136,7 +136,7 @@ impl CallPolicy for ToolPolicyMiddleware {
         if self.approval_tools.contains(name.as_str()) || !gated.is_empty() {
             // A nested id never inherits an approval granted for a call of
             // the same id: only model-issued calls are approved by id.
-            if !call.id.is_nested() && ctx.approvals.is_call_approved(call) {
+            if !call.id.is_nested() && ctx.is_call_approved(call) {
                 return ToolVerdict::Allow;
             }
             return ToolVerdict::defer(if gated.is_empty() {
@@ -157,7 +157,6 @@ mod tests {
     use super::*;
     use crate::testing::{call, ctx_with, denied_reason, model, nested, spec};
     use serde_json::json;
-    use tinyagents_core::args_hash;
 
     fn tools() -> Vec<ToolSpec> {
         vec![
@@ -282,8 +281,7 @@ mod tests {
             ToolVerdict::Defer { .. }
         ));
 
-        ctx.approvals
-            .grant(pay.id.clone(), args_hash(&pay.arguments));
+        ctx.approve_call(&pay);
         assert_eq!(model(&mw, &mut ctx, &pay).await, ToolVerdict::Allow);
         // Changed arguments are not approved by the grant.
         let changed = call("p1", "pay", json!({"amount": 500}));
@@ -298,8 +296,7 @@ mod tests {
         let mw = ToolPolicyMiddleware::new().require_approval_for(SideEffects::PAYMENT);
         let mut ctx = ctx_with(tools());
         let nested_pay = call("p1/1", "pay", json!({}));
-        ctx.approvals
-            .grant(nested_pay.id.clone(), args_hash(&nested_pay.arguments));
+        ctx.approve_call(&nested_pay);
         let reason = denied_reason(nested(&mw, &ctx, &nested_pay).await, "tool_policy");
         assert_eq!(
             reason,

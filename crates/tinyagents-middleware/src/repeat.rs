@@ -78,7 +78,7 @@ impl RepeatProgressMiddleware {
     /// decision of this middleware. Nested calls are neither counted nor
     /// refused.
     pub fn decide(&self, ctx: &RunContext, call: &ToolCall) -> ToolVerdict {
-        if call.id.is_nested() || ctx.approvals.is_call_approved(call) {
+        if call.id.is_nested() || ctx.is_call_approved(call) {
             return ToolVerdict::Allow;
         }
         let arguments = match &call.raw_arguments {
@@ -239,10 +239,7 @@ mod tests {
         let deploy = call("p1", "deploy", json!({"env": "prod"}));
         assert_eq!(model(&mw, &mut ctx, &deploy).await, ToolVerdict::Allow);
         // The run resumes with the call approved and admits it again.
-        ctx.approvals.grant(
-            deploy.id.clone(),
-            tinyagents_core::args_hash(&deploy.arguments),
-        );
+        ctx.approve_call(&deploy);
         assert_eq!(model(&mw, &mut ctx, &deploy).await, ToolVerdict::Allow);
         // The model's next identical call is the second in a row.
         let again = call("p2", "deploy", json!({"env": "prod"}));

@@ -113,8 +113,7 @@ impl CallPolicy for ApprovalHold {
     }
 
     fn decide(&self, ctx: &RunContext, call: &ToolCall) -> ToolVerdict {
-        if !self.tools.contains(&call.name)
-            || (!call.id.is_nested() && ctx.approvals.is_call_approved(call))
+        if !self.tools.contains(&call.name) || (!call.id.is_nested() && ctx.is_call_approved(call))
         {
             ToolVerdict::Allow
         } else {

@@ -10,7 +10,7 @@ use tinyagents_core::{
     AgentEvent, CallId, LimitTracker, Message, RunContext, RunId, State, TinyAgentsError, ToolCall,
     ToolResult, args_hash,
 };
-use tinyagents_ledger::{LedgerError, LedgerFailure, Outcome, StartedRow};
+use tinyagents_ledger::{EffectLedger, LedgerError, LedgerFailure, Outcome, StartedRow};
 use tinytools::ToolSpec;
 
 use super::Run;
@@ -307,17 +307,12 @@ impl AgentHarness {
                 "recover needs an effect ledger".to_owned(),
             ));
         };
-        let checkpoint = ledger
-            .load_checkpoint(run_id)
-            .await
-            .map_err(|e| TinyAgentsError::State(e.to_string()))?
+        let saved = self
+            .load_saved(ledger.as_ref(), run_id)
+            .await?
             .ok_or_else(|| {
                 TinyAgentsError::State(format!("run {run_id} has no checkpoint to recover from"))
             })?;
-        let saved: SuspendedRun = serde_json::from_slice(&checkpoint.data).map_err(|e| {
-            TinyAgentsError::State(format!("checkpoint of run {run_id} cannot be read: {e}"))
-        })?;
-        saved.check_format()?;
         let blocked = saved.replay_blocked.clone();
         let (ctx, mut state) = self.restore(saved, options);
         // Calls issued after a checkpoint that was lost keep their rows; new
@@ -342,11 +337,33 @@ impl AgentHarness {
         };
         let mut run = self.open(ctx, state, events);
         *events = run.sink().clone();
+        // The checkpoint holds the state a resume of this turn is checked
+        // against: save it again with the ids numbered on.
+        run.checkpoint(&blocked).await;
         let Some(calls) = open_calls else {
             return run.drive().await;
         };
         let end = run.run_calls(calls, None, &blocked, &[]).await?;
         run.continue_after(end).await
+    }
+
+    /// The run's last checkpoint, read back.
+    pub(crate) async fn load_saved(
+        &self,
+        ledger: &dyn EffectLedger,
+        run_id: &RunId,
+    ) -> Result<Option<SuspendedRun>, TinyAgentsError> {
+        let Some(checkpoint) = guarded("load_checkpoint", ledger.load_checkpoint(run_id))
+            .await
+            .map_err(|e| TinyAgentsError::State(e.to_string()))?
+        else {
+            return Ok(None);
+        };
+        let saved: SuspendedRun = serde_json::from_slice(&checkpoint.data).map_err(|e| {
+            TinyAgentsError::State(format!("checkpoint of run {run_id} cannot be read: {e}"))
+        })?;
+        saved.check_format()?;
+        Ok(Some(saved))
     }
 
     /// The context and state of a suspended or checkpointed run.

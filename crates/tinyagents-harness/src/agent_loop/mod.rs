@@ -11,6 +11,7 @@ mod batch;
 mod ledger;
 pub(crate) mod nested;
 mod resume;
+mod resume_check;
 mod serve;
 mod turn;
 

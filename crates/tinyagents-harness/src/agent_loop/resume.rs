@@ -1,8 +1,16 @@
 //! Suspension for approval, and resuming with a person's decisions.
+//!
+//! A resume is a trust boundary: the stored state and the decisions come
+//! from the host's storage. The state is checked first (`resume_check`),
+//! and every approved call goes through admission again like a new call:
+//! its tool looked up, its arguments prepared again, every policy, the gate
+//! and the budget; only the approval it waited for is answered, once.
 
 use tinyagents_core::{RunStatus, TinyAgentsError, ToolCall, args_hash};
+use tinytools::prepare_arguments;
 
 use super::Run;
+use super::resume_check::{check_against_checkpoint, check_turn, match_decisions};
 use super::turn::Slot;
 use crate::call::{Admission, Scope};
 use crate::events::EventSink;
@@ -20,9 +28,15 @@ pub struct ResumeOptions {
 
 impl<'h> Run<'h> {
     /// Ends a run segment waiting for approval: the calls that needed none
-    /// have settled; the state holds what the host needs to resume.
+    /// have settled; the state holds what the host needs to resume. A
+    /// waiting call gives its budget slot back: resuming reserves it again.
     pub(crate) async fn suspend(&mut self, turn: Vec<TurnEntry>) -> AgentRun {
         let ctx = &self.ctx;
+        for entry in &turn {
+            if let TurnEntry::Pending { .. } = entry {
+                ctx.tracker().release_tool_call();
+            }
+        }
         let suspended = SuspendedRun {
             format: SUSPENDED_RUN_FORMAT,
             run_id: ctx.run_id.clone(),
@@ -44,37 +58,19 @@ impl<'h> Run<'h> {
         run
     }
 
-    /// Applies a decision to a pending call: an approved call goes through
-    /// admission again with the approval granted; others are refused.
-    async fn decide(&mut self, call: ToolCall, decision: Option<&ApprovalDecision>) -> Slot<'h> {
-        let harness = self.harness;
-        let refusal = match decision {
-            Some(d) if d.approved && d.args_hash == args_hash(&call.arguments) => {
-                self.ctx
-                    .approvals
-                    .grant(call.id.clone(), d.args_hash.clone());
-                let scope = Scope::Model {
-                    ctx: &mut self.ctx,
-                    state: &self.state,
-                    position: 0,
-                };
-                return match harness.readmit(scope, &self.events, call).await {
-                    Admission::Run(admitted) => Slot::Run {
-                        call: admitted.call,
-                        entry: admitted.entry,
-                        args_hash: None,
-                        outcome: None,
-                    },
-                    Admission::Pending(call, reason) => Slot::Pending(PendingCall { call, reason }),
-                    Admission::Refused(call, error) | Admission::Fatal(call, error) => {
-                        self.refused_slot(call, &error).await
-                    }
-                };
-            }
-            Some(d) if d.approved => {
-                "refused: the approval does not match this call's arguments, so it was not run"
-                    .to_owned()
-            }
+    /// Applies a decision to a waiting call: an approved call is admitted
+    /// again with the approval granted; others are refused.
+    async fn decide(
+        &mut self,
+        position: usize,
+        mut call: ToolCall,
+        decision: Option<&ApprovalDecision>,
+    ) -> Slot<'h> {
+        let text = match decision {
+            Some(d) if d.approved => match self.approve(&mut call, d) {
+                Ok(()) => return self.admit_approved(position, call).await,
+                Err(text) => text,
+            },
             Some(d) => format!(
                 "denied by a person{}",
                 d.reason
@@ -84,17 +80,83 @@ impl<'h> Run<'h> {
             ),
             None => "refused: no decision was given for this call".to_owned(),
         };
-        let refusal = TinyAgentsError::tool_failed(call.name.clone(), refusal);
+        let refusal = TinyAgentsError::tool_failed(call.name.clone(), text);
         self.refused_slot(call, &refusal).await
+    }
+
+    /// Checks an approval against its call and grants it for the call's
+    /// arguments prepared again (injection, the invalid-arguments policy,
+    /// the schema), which is what admission and the policies see.
+    fn approve(&mut self, call: &mut ToolCall, decision: &ApprovalDecision) -> Result<(), String> {
+        let harness = self.harness;
+        if decision.tool_name != call.name || decision.args_hash != args_hash(&call.arguments) {
+            return Err("refused: the approval does not match this call's tool or arguments, so it was not run".to_owned());
+        }
+        let key = (self.ctx.run_id.clone(), call.id.clone());
+        if harness.ledger.is_none() && harness.approvals_used.lock().contains(&key) {
+            return Err(format!(
+                "refused: call {} already ran under this approval (the suspended run was resumed before); an approval is used once",
+                call.id
+            ));
+        }
+        if let Some(entry) = harness.lookup(&call.name) {
+            match prepare_arguments(entry, call, &harness.injected, harness.invalid_args) {
+                Ok(prepared) => {
+                    call.arguments = prepared;
+                    call.raw_arguments = None;
+                }
+                Err(error) => return Err(TinyAgentsError::from(error).to_string()),
+            }
+        }
+        self.ctx.approve_call(call);
+        Ok(())
+    }
+
+    /// Admits an approved call like a new one, at its place in the turn.
+    async fn admit_approved(&mut self, position: usize, call: ToolCall) -> Slot<'h> {
+        let harness = self.harness;
+        let scope = Scope::Model {
+            ctx: &mut self.ctx,
+            state: &self.state,
+            position,
+        };
+        match harness.admit(scope, &self.events, call).await {
+            Admission::Run(admitted) => {
+                if harness.ledger.is_none() {
+                    let key = (self.ctx.run_id.clone(), admitted.call.id.clone());
+                    harness.approvals_used.lock().insert(key);
+                }
+                Slot::Run {
+                    call: admitted.call,
+                    entry: admitted.entry,
+                    args_hash: None,
+                    outcome: None,
+                }
+            }
+            Admission::Pending(call, reason) => Slot::Pending(PendingCall {
+                run_id: self.ctx.run_id.clone(),
+                call,
+                reason,
+            }),
+            Admission::Refused(call, error) | Admission::Fatal(call, error) => {
+                self.refused_slot(call, &error).await
+            }
+        }
     }
 }
 
 impl AgentHarness {
     /// Resumes a run suspended for approval. Every pending call needs a
-    /// decision: an approved call runs once (the approval binds to the
-    /// call's id and the hash of its arguments), a denied call gets a
-    /// refusal result. Time spent waiting is not charged to the run's
-    /// wall clock.
+    /// decision. An approved call goes through admission again (its
+    /// arguments prepared again, every policy, the gate, the budget) and
+    /// runs at most once: the approval binds the run, the call id, the tool
+    /// and the hash of the arguments, and is used once. With an effect
+    /// ledger, the ledger is the record of that use, across processes;
+    /// without one, this harness remembers it for its lifetime. A denied
+    /// call gets a refusal result. A state that does not hold together (or,
+    /// with a ledger, that the run's checkpoint contradicts) is refused and
+    /// nothing runs. Time spent waiting is not charged to the run's wall
+    /// clock.
     pub async fn resume(
         &self,
         suspended: SuspendedRun,
@@ -118,30 +180,35 @@ impl AgentHarness {
         events: &mut EventSink,
     ) -> Result<AgentRun, TinyAgentsError> {
         suspended.check_format()?;
-        for pending in suspended.pending() {
-            if !decisions.iter().any(|d| d.call_id == pending.call.id) {
-                return Err(TinyAgentsError::State(format!(
-                    "no decision for pending call {} ({}); every pending call needs one",
-                    pending.call.id, pending.call.name
-                )));
-            }
-        }
+        check_turn(&suspended)?;
+        let decided = match_decisions(&suspended, decisions)?;
+        self.check_with_ledger(&suspended).await?;
         let turn = std::mem::take(&mut suspended.turn);
         let (ctx, state) = self.restore(suspended, options);
         let mut run = self.open(ctx, state, events);
         *events = run.sink().clone();
         let mut slots = Vec::with_capacity(turn.len());
-        for entry in turn {
+        for (position, (entry, decision)) in turn.into_iter().zip(decided).enumerate() {
             let slot = match entry {
                 TurnEntry::Settled { message } => Slot::Settled(message),
                 TurnEntry::Pending { pending } => {
-                    let decision = decisions.iter().find(|d| d.call_id == pending.call.id);
-                    run.decide(pending.call, decision).await
+                    run.decide(position, pending.call, decision).await
                 }
             };
             slots.push(slot);
         }
         let end = run.complete_turn(slots, None).await?;
         run.continue_after(end).await
+    }
+
+    /// With a ledger, holds the suspended state to the run's checkpoint.
+    async fn check_with_ledger(&self, suspended: &SuspendedRun) -> Result<(), TinyAgentsError> {
+        let Some(ledger) = &self.ledger else {
+            return Ok(());
+        };
+        let Some(checkpoint) = self.load_saved(ledger.as_ref(), &suspended.run_id).await? else {
+            return Ok(());
+        };
+        check_against_checkpoint(suspended, &checkpoint)
     }
 }

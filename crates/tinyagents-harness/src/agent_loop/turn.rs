@@ -168,7 +168,11 @@ impl<'h> Run<'h> {
                     }
                     self.refused_slot(call, &error).await
                 }
-                Admission::Pending(call, reason) => Slot::Pending(PendingCall { call, reason }),
+                Admission::Pending(call, reason) => Slot::Pending(PendingCall {
+                    run_id: self.ctx.run_id.clone(),
+                    call,
+                    reason,
+                }),
                 Admission::Fatal(_, error) => return Ok(TurnEnd::Fail(error)),
             };
             slots.push(slot);
@@ -301,7 +305,15 @@ impl<'h> Run<'h> {
             Settlement::Answered { result, error } => (result, error),
             Settlement::Deferred(reason) => {
                 let call = self.with_arguments(call);
-                Self::fold_pending(fold, PendingCall { call, reason });
+                let run_id = self.ctx.run_id.clone();
+                Self::fold_pending(
+                    fold,
+                    PendingCall {
+                        run_id,
+                        call,
+                        reason,
+                    },
+                );
                 return;
             }
             // Only a nested call's end can be claimed by another.

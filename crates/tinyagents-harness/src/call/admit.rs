@@ -178,21 +178,7 @@ impl AgentHarness {
     {
         // A plain function: an `async fn` forwarding to another keeps its
         // arguments twice.
-        self.admit_through(scope, events, call, false)
-    }
-
-    /// Admits a model-issued call again when a person approved it on
-    /// resume: every stage once more, except the budget it already spent.
-    pub(crate) fn readmit<'h, 'a>(
-        &'h self,
-        scope: Scope<'a>,
-        events: &'a ToolEvents,
-        call: ToolCall,
-    ) -> impl Future<Output = Admission<'h>> + use<'h, 'a>
-    where
-        'h: 'a,
-    {
-        self.admit_through(scope, events, call, true)
+        self.admit_through(scope, events, call)
     }
 
     async fn admit_through<'h, 'a>(
@@ -200,7 +186,6 @@ impl AgentHarness {
         mut scope: Scope<'a>,
         events: &'a ToolEvents,
         call: ToolCall,
-        spent: bool,
     ) -> Admission<'h>
     where
         'h: 'a,
@@ -222,7 +207,7 @@ impl AgentHarness {
                 Applies::Model => !nested,
                 Applies::Nested => nested,
             };
-            if !applies || (spent && stage == Stage::Budget) {
+            if !applies {
                 continue;
             }
             // Only the stages that wait are awaited, each as its own
@@ -258,6 +243,7 @@ impl AgentHarness {
                     .await;
             }
             if let Err(stop) = passed {
+                consume_approval(&mut scope, &admitting.call);
                 return match stop {
                     Stop::Refuse(error) => Admission::Refused(admitting.call, error),
                     Stop::Fatal(error) => Admission::Fatal(admitting.call, error),
@@ -274,6 +260,7 @@ impl AgentHarness {
             args_hash,
             ..
         } = admitting;
+        consume_approval(&mut scope, &call);
         let Some(entry) = entry else {
             return Admission::Refused(call, before_lookup());
         };
@@ -397,7 +384,7 @@ impl AgentHarness {
                     // Fail closed: a flagged tool runs only on an approval
                     // (a person's, or a middleware that decides approvals).
                     Scope::Model { ctx, .. } => {
-                        if a.deferred.is_none() && !ctx.approvals.is_call_approved(&a.call) {
+                        if a.deferred.is_none() && !ctx.is_call_approved(&a.call) {
                             a.deferred = Some(format!(
                                 "tool '{}' requires a person's approval",
                                 a.call.name
@@ -508,7 +495,7 @@ impl AgentHarness {
         a: &mut Admitting<'_, '_>,
     ) -> Result<(), TinyAgentsError> {
         if let Scope::Model { ctx, .. } = scope {
-            a.approved_by_person = ctx.approvals.is_call_approved(&a.call);
+            a.approved_by_person = ctx.is_call_approved(&a.call);
         }
         for middleware in self.middlewares.iter() {
             let name = middleware.name();
@@ -589,6 +576,17 @@ impl AgentHarness {
             by: "security gate".to_owned(),
             reason: refusal,
         })
+    }
+}
+
+/// Consumes the approval of a model-issued call as its admission ends,
+/// whatever the end: an approval answers one admission.
+fn consume_approval(scope: &mut Scope<'_>, call: &ToolCall) {
+    if let Scope::Model { ctx, .. } = scope
+        && !ctx.approvals.is_empty()
+    {
+        let run = ctx.run_id.clone();
+        ctx.approvals.consume(&run, call);
     }
 }
 
