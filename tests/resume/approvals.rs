@@ -79,11 +79,24 @@ async fn i11_1_decisions_must_name_a_waiting_call_of_this_run_once() {
 
     let mut not_waiting = approval.clone();
     not_waiting.call_id = CallId::new("p7");
-    let text = refusal(resume(&harness, suspended.clone(), &[approval.clone(), not_waiting]).await);
-    assert!(text.contains("names call p7, which is not waiting"), "{text}");
+    let text = refusal(
+        resume(
+            &harness,
+            suspended.clone(),
+            &[approval.clone(), not_waiting],
+        )
+        .await,
+    );
+    assert!(
+        text.contains("names call p7, which is not waiting"),
+        "{text}"
+    );
 
     let text = refusal(resume(&harness, suspended, &[approval.clone(), approval]).await);
-    assert!(text.contains("call p1 has more than one decision"), "{text}");
+    assert!(
+        text.contains("call p1 has more than one decision"),
+        "{text}"
+    );
     assert_eq!((calls_of(&report), calls_of(&wire)), (0, 0));
 }
 
@@ -123,10 +136,14 @@ async fn i11_4d_resuming_one_state_three_times_without_a_ledger_runs_the_approve
     let harness = build(&model, &[deploy.clone()], |b| b);
     let suspended = through_json(&harness.run("go").await.unwrap());
     let decisions = approve_all(&suspended);
-    let first = resume(&harness, suspended.clone(), &decisions).await.unwrap();
+    let first = resume(&harness, suspended.clone(), &decisions)
+        .await
+        .unwrap();
     assert_eq!(tool_results(&first.messages)[0].1, "ok prod");
     for _ in 0..2 {
-        let again = resume(&harness, suspended.clone(), &decisions).await.unwrap();
+        let again = resume(&harness, suspended.clone(), &decisions)
+            .await
+            .unwrap();
         let (_, text, is_error) = tool_results(&again.messages).remove(0);
         assert!(is_error);
         assert_eq!(

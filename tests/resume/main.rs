@@ -7,6 +7,7 @@
 
 mod approvals;
 mod stored_state;
+mod tamper_prop;
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;

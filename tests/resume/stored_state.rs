@@ -85,11 +85,16 @@ async fn i11_4b_added_calls_and_a_reset_budget_never_run_past_the_limit() {
     assert_eq!(run.budget.tool_calls, 2);
     let results = tool_results(&run.messages);
     assert_eq!(results.len(), 10);
-    assert!(results[..2].iter().all(|(_, text, e)| text == "ok prod" && !e));
+    assert!(
+        results[..2]
+            .iter()
+            .all(|(_, text, e)| text == "ok prod" && !e)
+    );
     assert!(
         results[2..]
             .iter()
-            .all(|(_, text, e)| *e && text == "refused: the run reached its max_tool_calls limit of 2"),
+            .all(|(_, text, e)| *e
+                && text == "refused: the run reached its max_tool_calls limit of 2"),
         "{results:?}"
     );
 }
@@ -107,12 +112,18 @@ async fn i11_4b_with_a_ledger_a_state_the_checkpoint_contradicts_is_refused() {
     let mut spent_less = suspended.clone();
     spent_less.budget.model_calls = 0;
     let text = refusal(resume(&harness, spent_less, &decisions).await);
-    assert!(text.contains("spent fewer model calls than the effect ledger's checkpoint"), "{text}");
+    assert!(
+        text.contains("spent fewer model calls than the effect ledger's checkpoint"),
+        "{text}"
+    );
 
     let mut deeper = suspended.clone();
     deeper.depth = 3;
     let text = refusal(resume(&harness, deeper, &decisions).await);
-    assert!(text.contains("its depth is 3, the effect ledger's checkpoint says 0"), "{text}");
+    assert!(
+        text.contains("its depth is 3, the effect ledger's checkpoint says 0"),
+        "{text}"
+    );
 
     let mut properties = suspended.clone();
     properties
@@ -124,7 +135,10 @@ async fn i11_4b_with_a_ledger_a_state_the_checkpoint_contradicts_is_refused() {
     let mut transcript = suspended.clone();
     issued_mut(&mut transcript)[0].arguments = json!({"tag": "staging"});
     let text = refusal(resume(&harness, transcript, &decisions).await);
-    assert!(text.contains("its transcript differs from the effect ledger's checkpoint of turn 1"), "{text}");
+    assert!(
+        text.contains("its transcript differs from the effect ledger's checkpoint of turn 1"),
+        "{text}"
+    );
 
     assert_eq!(calls_of(&deploy), 0);
     let run = resume(&harness, suspended, &decisions).await.unwrap();
@@ -156,7 +170,9 @@ async fn i11_4c_approved_arguments_are_prepared_again_injection_wins_and_the_sch
         done(),
     ]);
     let deploy: Arc<dyn Tool> = Arc::new(deploy);
-    let harness = build(&model, &[deploy.clone()], |b| b.inject("tenant", json!("acme")));
+    let harness = build(&model, &[deploy.clone()], |b| {
+        b.inject("tenant", json!("acme"))
+    });
     let suspended = through_json(&harness.run("go").await.unwrap());
     assert_eq!(
         suspended.pending().next().unwrap().call.arguments,

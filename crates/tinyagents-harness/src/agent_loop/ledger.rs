@@ -240,6 +240,21 @@ impl<'h> Run<'h> {
         }
     }
 
+    /// Makes every ledger write of the run so far durable (a suspension's
+    /// checkpoint); a failure is a warning.
+    pub(crate) async fn flush_ledger(&self) {
+        let Some(ledger) = &self.harness.ledger else {
+            return;
+        };
+        if let Err(error) = guarded("flush", ledger.flush()).await {
+            self.sink()
+                .emit(|| AgentEvent::Warning {
+                    message: format!("the effect ledger could not be flushed: {error}"),
+                })
+                .await;
+        }
+    }
+
     /// A recovered call whose arguments held a redacted secret: it cannot run
     /// again. A settled one is answered from its row.
     pub(crate) async fn blocked_replay(&self, call: ToolCall) -> Slot<'h> {

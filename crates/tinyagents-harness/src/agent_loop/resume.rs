@@ -53,6 +53,8 @@ impl<'h> Run<'h> {
             .last_assistant_text()
             .unwrap_or_default()
             .to_owned();
+        // A resume is held to the checkpoint of this turn: make it durable.
+        self.flush_ledger().await;
         let mut run = self.finish(RunStatus::AwaitingApproval, text).await;
         run.suspended = Some(suspended);
         run

@@ -117,9 +117,9 @@ pub(crate) fn match_decisions<'d>(
 }
 
 /// Refuses a suspended state that the ledger's checkpoint of the same run
-/// contradicts: an older turn than the run has reached, another transcript
-/// at the same turn, another depth or other properties, or less spent than
-/// was checkpointed.
+/// contradicts: another turn than the run's last checkpoint (a suspension
+/// makes its checkpoint durable), another transcript, another depth, other
+/// properties, or less spent than was checkpointed.
 pub(crate) fn check_against_checkpoint(
     suspended: &SuspendedRun,
     checkpoint: &SuspendedRun,
@@ -131,7 +131,15 @@ pub(crate) fn check_against_checkpoint(
             "suspended run {run} is stale: it stopped at turn {stored}, and the effect ledger has the run at turn {saved}"
         )));
     }
-    if saved == stored && checkpoint.state != suspended.state {
+    if saved < stored {
+        return Err(malformed(
+            run,
+            &format!(
+                "the effect ledger has no checkpoint of its turn {stored} (its last is of turn {saved}); recover the run instead"
+            ),
+        ));
+    }
+    if checkpoint.state != suspended.state {
         return Err(malformed(
             run,
             &format!("its transcript differs from the effect ledger's checkpoint of turn {saved}"),
