@@ -523,6 +523,23 @@ impl EffectLedger for NestedRowsFail {
     ) -> tinyagents::ledger::LedgerResult<Option<tinyagents::Checkpoint>> {
         self.0.load_checkpoint(run).await
     }
+    async fn append_checkpoint(
+        &self,
+        run: &RunId,
+        version: u64,
+        entry: Vec<u8>,
+    ) -> tinyagents::ledger::LedgerResult<()> {
+        self.0.append_checkpoint(run, version, entry).await
+    }
+    async fn begin_run(&self, run: &RunId) -> tinyagents::ledger::LedgerResult<()> {
+        self.0.begin_run(run).await
+    }
+    async fn run_state(
+        &self,
+        run: &RunId,
+    ) -> tinyagents::ledger::LedgerResult<tinyagents::ledger::RunState> {
+        self.0.run_state(run).await
+    }
     async fn mark_run_finished(&self, run: &RunId) -> tinyagents::ledger::LedgerResult<()> {
         self.0.mark_run_finished(run).await
     }

@@ -168,6 +168,35 @@ pub enum LedgerError {
         /// The first failure.
         first: Box<LedgerError>,
     },
+    /// A settle of a deferred call: a deferred row rests until the call
+    /// starts again (`record_started`), and only then settles.
+    #[error(
+        "call {call} of run {run} is deferred (it asked for an approval and did not act); it \
+         settles only after it starts again"
+    )]
+    CallDeferred {
+        /// The run.
+        run: RunId,
+        /// The call.
+        call: CallId,
+    },
+    /// `begin_run` of a run id the ledger already knows (rows, a checkpoint,
+    /// a finished mark or an earlier claim).
+    #[error(
+        "run {run} already exists in the effect ledger: a new run needs a new id; resume or \
+         recover it instead"
+    )]
+    RunExists {
+        /// The run.
+        run: RunId,
+    },
+    /// `append_checkpoint` of a run without a base checkpoint: an entry
+    /// appends to a base saved with `save_checkpoint`.
+    #[error("run {run} has no checkpoint to append to; save a base checkpoint first")]
+    NoCheckpoint {
+        /// The run.
+        run: RunId,
+    },
     /// A checkpoint older than the one stored (a stale writer).
     #[error("run {run}: checkpoint version {offered} is older than the stored version {stored}")]
     StaleCheckpoint {

@@ -9,18 +9,39 @@ use crate::clock::Timestamp;
 use crate::error::LedgerResult;
 use crate::row::{LedgerRow, Outcome, StartedRow};
 
-/// A run's state saved at a turn boundary, as read back.
+/// A run's state saved at a turn boundary, as read back: a base and the
+/// entries appended to it since.
+///
+/// The harness saves a base with [`EffectLedger::save_checkpoint`] (which
+/// also compacts: it drops every appended entry) and adds what each later
+/// turn changed with [`EffectLedger::append_checkpoint`], so that a turn's
+/// write does not grow with the run. It rebuilds the state from `data`
+/// followed by `appended`, in order.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Checkpoint {
     /// The run.
     pub run_id: RunId,
-    /// The version the harness gave it (the turn index, increasing per run).
+    /// The version of the last write, base or entry (the harness's turn
+    /// index, never decreasing per run).
     pub version: u64,
-    /// The state, serialized by the harness (which puts its own format
+    /// The base state, serialized by the harness (which puts its own format
     /// version inside).
     pub data: Vec<u8>,
-    /// When it was saved.
+    /// The entries appended since the base was saved, oldest first.
+    pub appended: Vec<Vec<u8>>,
+    /// When the last write (base or entry) was made.
     pub saved_at: Timestamp,
+}
+
+/// What the ledger knows of a run id ([`EffectLedger::run_state`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RunState {
+    /// Nothing is recorded under the id (never used, or pruned).
+    Unknown,
+    /// A claim, rows or a checkpoint, and no finished mark.
+    Open,
+    /// Marked finished.
+    Finished,
 }
 
 /// What [`EffectLedger::prune_finished`] removed.
@@ -47,7 +68,8 @@ pub type SharedLedger = Arc<dyn EffectLedger>;
 /// Durability contract (see `docs/effect-ledger.md`):
 /// - when [`record_started`](Self::record_started) returns `Ok`, the row
 ///   survives a crash of the process and of the machine;
-/// - a settled row, a checkpoint, a finished mark and a prune may ride on the
+/// - a settled row, a checkpoint (base or appended entry), a claim, a
+///   finished mark and a prune may ride on the
 ///   next durable commit: a crash can lose the last of them, and a call
 ///   whose settled row was lost is seen as in doubt. [`flush`](Self::flush)
 ///   makes everything acknowledged so far durable.
@@ -55,12 +77,23 @@ pub type SharedLedger = Arc<dyn EffectLedger>;
 pub trait EffectLedger: Send + Sync {
     /// Records that a call is about to run. Durable when it returns `Ok`.
     ///
-    /// Starting a call whose row already exists is a restart (recovery of a
-    /// replay-safe call): it counts one more attempt. It is refused when the
-    /// row settled ([`LedgerError::AlreadySettled`]), names another tool or
-    /// other arguments ([`LedgerError::Mismatch`]), or belongs to a
-    /// `ToolReplay::Never` tool ([`LedgerError::ReplayRefused`]). A run marked
-    /// finished refuses new calls ([`LedgerError::RunFinished`]).
+    /// Starting a call whose row already exists is a restart: status back to
+    /// started, one more attempt, the settled time and result cleared. Every
+    /// backend decides in this order (identity first):
+    ///
+    /// 1. the row names another tool or other arguments:
+    ///    [`LedgerError::Mismatch`], whatever its state and the run's;
+    /// 2. the row settled (completed, failed, interrupted):
+    ///    [`LedgerError::AlreadySettled`];
+    /// 3. the run is marked finished: [`LedgerError::RunFinished`] (a
+    ///    started or deferred row, or no row);
+    /// 4. the row is deferred: a restart, whatever the replay class;
+    /// 5. the row is started (in doubt): [`LedgerError::ReplayRefused`] when
+    ///    the row's or the new replay class is `ToolReplay::Never`, else a
+    ///    restart;
+    /// 6. no row: a new row, one attempt.
+    ///
+    /// A refused start changes nothing and counts no attempt.
     ///
     /// [`LedgerError::AlreadySettled`]: crate::LedgerError::AlreadySettled
     /// [`LedgerError::Mismatch`]: crate::LedgerError::Mismatch
@@ -72,15 +105,22 @@ pub trait EffectLedger: Send + Sync {
     /// limit ([`max_result_bytes`](Self::max_result_bytes)); redact it before
     /// it gets here. May ride on the next durable commit.
     ///
+    /// [`Outcome::Deferred`] leaves the row deferred: the call asked for an
+    /// approval and did not act. It is not in doubt (not in
+    /// [`unresolved`](Self::unresolved)) and may start again.
+    ///
     /// `Ok` means the row is accepted. A call with no started row is refused
     /// ([`LedgerError::NotStarted`]), and so is a second settle
-    /// ([`LedgerError::AlreadySettled`]). A backend may queue the row of a
+    /// ([`LedgerError::AlreadySettled`]) and a settle of a deferred row,
+    /// which must start again first ([`LedgerError::CallDeferred`]). A
+    /// backend may queue the row of a
     /// call it knows to be in flight without waiting for it to be applied;
     /// a storage failure of such a row is then reported by the next
     /// [`flush`](Self::flush) ([`LedgerError::Deferred`]).
     ///
     /// [`LedgerError::NotStarted`]: crate::LedgerError::NotStarted
     /// [`LedgerError::AlreadySettled`]: crate::LedgerError::AlreadySettled
+    /// [`LedgerError::CallDeferred`]: crate::LedgerError::CallDeferred
     /// [`LedgerError::Deferred`]: crate::LedgerError::Deferred
     async fn record_settled(
         &self,
@@ -89,8 +129,9 @@ pub trait EffectLedger: Send + Sync {
         outcome: &Outcome,
     ) -> LedgerResult<()>;
 
-    /// The run's calls that started and never settled (in doubt), in the
-    /// order they first started.
+    /// The run's calls that started and never settled (in doubt: status
+    /// started), in the order they first started. Deferred rows are not
+    /// listed: their calls did not act.
     async fn unresolved(&self, run: &RunId) -> LedgerResult<Vec<LedgerRow>>;
 
     /// One call's row, settled or not.
@@ -100,17 +141,53 @@ pub trait EffectLedger: Send + Sync {
     async fn rows(&self, run: &RunId) -> LedgerResult<Vec<LedgerRow>>;
 
     /// The runs that have rows or a checkpoint and are not marked finished:
-    /// where recovery starts after a restart. Sorted by run id.
+    /// where recovery starts after a restart. Sorted by run id. A run with
+    /// only a claim ([`begin_run`](Self::begin_run)) is not listed: there is
+    /// nothing to recover.
     async fn unfinished_runs(&self) -> LedgerResult<Vec<RunId>>;
 
-    /// Saves the run's checkpoint, replacing the previous one. A version
-    /// lower than the stored one is refused ([`LedgerError::StaleCheckpoint`]);
-    /// an equal one replaces it. May ride on the next durable commit.
+    /// Claims a new run id. Refused with [`LedgerError::RunExists`] when the
+    /// ledger holds any row, checkpoint, finished mark or earlier claim of
+    /// `run`, so that a new run never meets an old run's rows. The check and
+    /// the claim are one atomic step. The claim may ride on the next durable
+    /// commit (a crash can lose it, with nothing else of the run). A pruned
+    /// run's id is unknown again.
+    ///
+    /// [`LedgerError::RunExists`]: crate::LedgerError::RunExists
+    async fn begin_run(&self, run: &RunId) -> LedgerResult<()>;
+
+    /// What the ledger knows of `run`: [`RunState::Unknown`] (nothing),
+    /// [`RunState::Open`] (a claim, rows or a checkpoint, no finished mark)
+    /// or [`RunState::Finished`].
+    async fn run_state(&self, run: &RunId) -> LedgerResult<RunState>;
+
+    /// Saves the run's base checkpoint, replacing the previous base and
+    /// dropping every appended entry (compaction). A version lower than the
+    /// stored one (that of the last base or entry) is refused
+    /// ([`LedgerError::StaleCheckpoint`]); an equal one replaces it. May
+    /// ride on the next durable commit.
     ///
     /// [`LedgerError::StaleCheckpoint`]: crate::LedgerError::StaleCheckpoint
     async fn save_checkpoint(&self, run: &RunId, version: u64, data: Vec<u8>) -> LedgerResult<()>;
 
-    /// The run's last checkpoint.
+    /// Appends `entry` after the run's checkpoint and sets its version to
+    /// `version`. Refused with [`LedgerError::NoCheckpoint`] when the run has
+    /// no base checkpoint, and with [`LedgerError::StaleCheckpoint`] when
+    /// `version` is lower than the stored one. Its cost does not depend on
+    /// the size of the base or the number of entries before it. May ride on
+    /// the next durable commit.
+    ///
+    /// [`LedgerError::NoCheckpoint`]: crate::LedgerError::NoCheckpoint
+    /// [`LedgerError::StaleCheckpoint`]: crate::LedgerError::StaleCheckpoint
+    async fn append_checkpoint(
+        &self,
+        run: &RunId,
+        version: u64,
+        entry: Vec<u8>,
+    ) -> LedgerResult<()>;
+
+    /// The run's checkpoint: its base and the entries appended since, in
+    /// order.
     async fn load_checkpoint(&self, run: &RunId) -> LedgerResult<Option<Checkpoint>>;
 
     /// Marks the run finished: no call of it starts again, and its records
@@ -118,8 +195,8 @@ pub trait EffectLedger: Send + Sync {
     /// a run that may still be resumed (a deferred run).
     async fn mark_run_finished(&self, run: &RunId) -> LedgerResult<()>;
 
-    /// Removes the rows and checkpoints of every run marked finished at or
-    /// before `finished_before` (retention: pass now minus the retention
+    /// Removes the rows, checkpoints (base and entries) and claims of every
+    /// run marked finished at or before `finished_before` (retention: pass now minus the retention
     /// period, or [`Timestamp::MAX`] for every finished run). Unfinished runs
     /// are never pruned.
     async fn prune_finished(&self, finished_before: Timestamp) -> LedgerResult<PruneReport>;

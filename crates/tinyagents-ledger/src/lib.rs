@@ -6,8 +6,11 @@
 //! before the tool may act, and a *settled* row with the (redacted, cut)
 //! result when it ends. After a restart, [`EffectLedger::unresolved`] lists
 //! the calls in doubt, [`EffectLedger::get`] answers a settled call from its
-//! row, and the run's last checkpoint ([`EffectLedger::load_checkpoint`])
-//! resumes it. Rows are keyed by (run id, call id); the arguments' hash
+//! row, and the run's last checkpoint ([`EffectLedger::load_checkpoint`]: a
+//! base and the entries appended since) resumes it. A call that asked for an
+//! approval while it ran rests *deferred* until it starts again. A new run
+//! claims its id ([`EffectLedger::begin_run`]) so that it never meets an old
+//! run's rows. Rows are keyed by (run id, call id); the arguments' hash
 //! ([`args_hash`]) is the idempotency key a tool can pass to a service.
 //!
 //! Backends: [`MemoryLedger`] (tests, hosts without recovery) and
@@ -35,7 +38,7 @@ mod sqlite;
 
 pub use clock::{Clock, ManualClock, SharedClock, SystemClock, Timestamp};
 pub use error::{CallIdentity, LedgerError, LedgerFailure, LedgerResult};
-pub use ledger::{Checkpoint, EffectLedger, PruneReport, SharedLedger};
+pub use ledger::{Checkpoint, EffectLedger, PruneReport, RunState, SharedLedger};
 pub use memory::MemoryLedger;
 pub use row::{CallStatus, DEFAULT_MAX_RESULT_BYTES, LedgerRow, Outcome, StartedRow, StoredResult};
 pub use sqlite::{

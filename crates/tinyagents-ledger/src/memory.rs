@@ -11,9 +11,9 @@ use tinyagents_core::{CallId, RunId};
 
 use crate::clock::{Clock, SharedClock, Timestamp, system_clock};
 use crate::error::{LedgerError, LedgerResult};
-use crate::ledger::{Checkpoint, EffectLedger, PruneReport};
+use crate::ledger::{Checkpoint, EffectLedger, PruneReport, RunState};
 use crate::row::{DEFAULT_MAX_RESULT_BYTES, LedgerRow, Outcome, StartedRow, StoredResult};
-use crate::rules::{self, Existing};
+use crate::rules::{self, Existing, Start};
 
 /// What the ledger holds for one run.
 #[derive(Debug, Default)]
@@ -22,8 +22,22 @@ struct RunEntry {
     rows: Vec<LedgerRow>,
     /// Where each call's row sits in `rows`.
     index: HashMap<CallId, usize>,
+    /// The base checkpoint and the entries appended to it.
     checkpoint: Option<Checkpoint>,
     finished_at: Option<Timestamp>,
+    /// When `begin_run` claimed the id.
+    claimed_at: Option<Timestamp>,
+}
+
+impl RunEntry {
+    /// Whether anything is recorded of the run (an entry may be empty: a
+    /// lookup that found nothing can leave one behind).
+    fn is_recorded(&self) -> bool {
+        !self.rows.is_empty()
+            || self.checkpoint.is_some()
+            || self.finished_at.is_some()
+            || self.claimed_at.is_some()
+    }
 }
 
 /// An in-memory [`EffectLedger`]. Runs are sharded (a `DashMap` keyed by run
@@ -89,26 +103,28 @@ impl EffectLedger for MemoryLedger {
         let now = self.clock.now();
         let mut entry = self.runs.entry(row.run_id.clone()).or_default();
         let entry = &mut *entry;
-        if entry.finished_at.is_some() {
-            return Err(LedgerError::RunFinished { run: row.run_id });
+        let at = entry.index.get(&row.call_id).copied();
+        let existing = at.and_then(|at| entry.rows.get_mut(at));
+        let start = rules::check_start(
+            existing.as_deref().map(Existing::of).as_ref(),
+            entry.finished_at.is_some(),
+            &row,
+        )?;
+        match (start, existing) {
+            (Start::Restart, Some(existing)) => existing.restart(now),
+            (Start::Insert, None) => {
+                entry.index.insert(row.call_id.clone(), entry.rows.len());
+                entry.rows.push(LedgerRow::started(row, now));
+            }
+            // `check_start` restarts only an existing row and inserts only
+            // when there is none.
+            (Start::Restart, None) | (Start::Insert, Some(_)) => {
+                return Err(LedgerError::storage(
+                    "record_started",
+                    "the row and the start rule disagree",
+                ));
+            }
         }
-        if let Some(&at) = entry.index.get(&row.call_id) {
-            let existing = &mut entry.rows[at];
-            rules::check_restart(
-                &Existing {
-                    status: existing.status,
-                    tool_name: &existing.tool_name,
-                    args_hash: &existing.args_hash,
-                    replay: existing.replay,
-                },
-                &row,
-            )?;
-            existing.attempts = existing.attempts.saturating_add(1);
-            existing.started_at = now;
-            return Ok(());
-        }
-        entry.index.insert(row.call_id.clone(), entry.rows.len());
-        entry.rows.push(LedgerRow::started(row, now));
         Ok(())
     }
 
@@ -173,6 +189,25 @@ impl EffectLedger for MemoryLedger {
         Ok(runs)
     }
 
+    async fn begin_run(&self, run: &RunId) -> LedgerResult<()> {
+        let now = self.clock.now();
+        // The shard's lock is held from the check to the claim.
+        let mut entry = self.runs.entry(run.clone()).or_default();
+        if entry.is_recorded() {
+            return Err(LedgerError::RunExists { run: run.clone() });
+        }
+        entry.claimed_at = Some(now);
+        Ok(())
+    }
+
+    async fn run_state(&self, run: &RunId) -> LedgerResult<RunState> {
+        Ok(match self.runs.get(run) {
+            Some(entry) if entry.finished_at.is_some() => RunState::Finished,
+            Some(entry) if entry.is_recorded() => RunState::Open,
+            _ => RunState::Unknown,
+        })
+    }
+
     async fn save_checkpoint(&self, run: &RunId, version: u64, data: Vec<u8>) -> LedgerResult<()> {
         let now = self.clock.now();
         let mut entry = self.runs.entry(run.clone()).or_default();
@@ -181,8 +216,27 @@ impl EffectLedger for MemoryLedger {
             run_id: run.clone(),
             version,
             data,
+            appended: Vec::new(),
             saved_at: now,
         });
+        Ok(())
+    }
+
+    async fn append_checkpoint(
+        &self,
+        run: &RunId,
+        version: u64,
+        entry: Vec<u8>,
+    ) -> LedgerResult<()> {
+        let now = self.clock.now();
+        let mut recorded = self.runs.get_mut(run);
+        let Some(checkpoint) = recorded.as_mut().and_then(|r| r.checkpoint.as_mut()) else {
+            return Err(LedgerError::NoCheckpoint { run: run.clone() });
+        };
+        rules::check_checkpoint(run, Some(checkpoint.version), version)?;
+        checkpoint.appended.push(entry);
+        checkpoint.version = version;
+        checkpoint.saved_at = now;
         Ok(())
     }
 

@@ -63,6 +63,11 @@ pub enum Outcome {
     /// (a `ToolReplay::Never` call after a crash): "interrupted, outcome
     /// unknown". The text is the result given to the model.
     Interrupted(String),
+    /// The call asked for an approval while it ran (a tool or a wrap layer
+    /// raised it) and did not act: the row rests as
+    /// [`CallStatus::Deferred`] until the call starts again once a person
+    /// decides. The text is the reason (what approval was asked for).
+    Deferred(String),
 }
 
 /// The state of a row.
@@ -78,21 +83,43 @@ pub enum CallStatus {
     Failed,
     /// Resolved by recovery without running again; the outcome is unknown.
     Interrupted,
+    /// The call asked for an approval while it ran and did not act. Not in
+    /// doubt and not settled: a resting state, from which the call may start
+    /// again (whatever its replay class) once the approval is decided. Its
+    /// result holds the reason.
+    Deferred,
 }
 
 impl CallStatus {
-    /// Whether the row settled (anything but [`CallStatus::Started`]).
+    /// Whether the call ended for good: [`Completed`](Self::Completed),
+    /// [`Failed`](Self::Failed) or [`Interrupted`](Self::Interrupted). A
+    /// settled call never starts again. [`Started`](Self::Started) and
+    /// [`Deferred`](Self::Deferred) are not settled.
     pub fn is_settled(self) -> bool {
+        matches!(self, Self::Completed | Self::Failed | Self::Interrupted)
+    }
+
+    /// Whether the call is in doubt ([`Started`](Self::Started)): it may not
+    /// have run, may have run, or may have finished.
+    pub fn is_in_doubt(self) -> bool {
+        self == Self::Started
+    }
+
+    /// Whether the row holds a result: every status but
+    /// [`Started`](Self::Started) (a deferred row holds its reason).
+    pub fn has_result(self) -> bool {
         self != Self::Started
     }
 
-    /// The status as stored (`started`, `completed`, `failed`, `interrupted`).
+    /// The status as stored (`started`, `completed`, `failed`,
+    /// `interrupted`, `deferred`).
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Started => "started",
             Self::Completed => "completed",
             Self::Failed => "failed",
             Self::Interrupted => "interrupted",
+            Self::Deferred => "deferred",
         }
     }
 
@@ -103,6 +130,7 @@ impl CallStatus {
             "completed" => Self::Completed,
             "failed" => Self::Failed,
             "interrupted" => Self::Interrupted,
+            "deferred" => Self::Deferred,
             _ => return None,
         })
     }
@@ -124,7 +152,8 @@ pub struct StoredResult {
     /// The content, cut at the limit on a UTF-8 boundary.
     pub content: String,
     /// The tool reported its own failure (always true for `Failed` and
-    /// `Interrupted` outcomes).
+    /// `Interrupted` outcomes, always false for `Deferred`, whose content is
+    /// the reason the call waits and not an answer the model saw).
     pub is_error: bool,
     /// Host-only metadata, `None` when absent or dropped for size.
     pub metadata: Option<Value>,
@@ -149,6 +178,10 @@ impl StoredResult {
             Outcome::Interrupted(text) => (
                 CallStatus::Interrupted,
                 Self::cut(&ToolResult::error(text.clone()), max_bytes),
+            ),
+            Outcome::Deferred(reason) => (
+                CallStatus::Deferred,
+                Self::cut(&ToolResult::text(reason.clone()), max_bytes),
             ),
         }
     }
@@ -245,7 +278,8 @@ pub struct LedgerRow {
     pub started_at: Timestamp,
     /// When it settled.
     pub settled_at: Option<Timestamp>,
-    /// The stored result, present once the row settled.
+    /// The stored result, present once the row settled; for a deferred row,
+    /// its reason.
     pub result: Option<StoredResult>,
 }
 
@@ -267,9 +301,20 @@ impl LedgerRow {
         }
     }
 
-    /// Whether the call is in doubt: started and never settled.
+    /// Whether the call is in doubt: started and never settled (a deferred
+    /// row is not: it did not act).
     pub fn is_in_doubt(&self) -> bool {
-        self.status == CallStatus::Started
+        self.status.is_in_doubt()
+    }
+
+    /// Counts one more start of an existing row (a restart): status back to
+    /// started, the settled time and result cleared.
+    pub(crate) fn restart(&mut self, at: Timestamp) {
+        self.status = CallStatus::Started;
+        self.attempts = self.attempts.saturating_add(1);
+        self.started_at = at;
+        self.settled_at = None;
+        self.result = None;
     }
 }
 
@@ -308,9 +353,36 @@ mod tests {
             CallStatus::Completed,
             CallStatus::Failed,
             CallStatus::Interrupted,
+            CallStatus::Deferred,
         ] {
             assert_eq!(CallStatus::parse(status.as_str()), Some(status));
         }
+        assert_eq!(CallStatus::parse("deferred"), Some(CallStatus::Deferred));
         assert_eq!(CallStatus::parse("done"), None);
+    }
+
+    #[test]
+    fn a_deferred_status_is_neither_settled_nor_in_doubt_and_holds_a_result() {
+        let deferred = CallStatus::Deferred;
+        assert!(!deferred.is_settled());
+        assert!(!deferred.is_in_doubt());
+        assert!(deferred.has_result());
+        assert!(CallStatus::Started.is_in_doubt() && !CallStatus::Started.has_result());
+        for settled in [
+            CallStatus::Completed,
+            CallStatus::Failed,
+            CallStatus::Interrupted,
+        ] {
+            assert!(settled.is_settled() && !settled.is_in_doubt() && settled.has_result());
+        }
+    }
+
+    #[test]
+    fn a_deferred_outcome_stores_its_reason_as_a_non_error() {
+        let outcome = Outcome::Deferred("approval needed: wire_money".into());
+        let (status, stored) = StoredResult::from_outcome(&outcome, 1024);
+        assert_eq!(status, CallStatus::Deferred);
+        assert_eq!(stored.content, "approval needed: wire_money");
+        assert!(!stored.is_error);
     }
 }

@@ -4,7 +4,7 @@
 use tinyagents_core::{CallId, RunId, ToolReplay};
 
 use crate::error::{CallIdentity, LedgerError, LedgerResult};
-use crate::row::{CallStatus, StartedRow};
+use crate::row::{CallStatus, LedgerRow, StartedRow};
 
 /// What a backend knows of an existing row when the same call starts again.
 #[derive(Debug)]
@@ -15,41 +15,103 @@ pub(crate) struct Existing<'a> {
     pub(crate) replay: ToolReplay,
 }
 
-/// Whether a call whose row exists may start again (a restart): only an
-/// in-doubt, replay-safe call of the same tool with the same arguments.
-pub(crate) fn check_restart(existing: &Existing<'_>, new: &StartedRow) -> LedgerResult<()> {
-    if existing.status.is_settled() {
-        return Err(LedgerError::AlreadySettled {
+impl<'a> Existing<'a> {
+    /// What `row` says of its call.
+    pub(crate) fn of(row: &'a LedgerRow) -> Self {
+        Self {
+            status: row.status,
+            tool_name: &row.tool_name,
+            args_hash: &row.args_hash,
+            replay: row.replay,
+        }
+    }
+}
+
+/// What a permitted `record_started` does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Start {
+    /// No row: write a new one (one attempt).
+    Insert,
+    /// A deferred row, or an in-doubt replay-safe one: back to started, one
+    /// more attempt, the settled time and result cleared.
+    Restart,
+}
+
+/// Whether a call may start, given its row (`None`: no row) and whether its
+/// run is marked finished. The precedence, the same for every backend:
+///
+/// 1. a row naming another tool or other arguments: [`LedgerError::Mismatch`],
+///    whatever its state and the run's;
+/// 2. a settled row (completed, failed, interrupted):
+///    [`LedgerError::AlreadySettled`];
+/// 3. a finished run: [`LedgerError::RunFinished`] (a started or deferred row,
+///    or no row);
+/// 4. a deferred row: a restart, whatever the replay class;
+/// 5. a started row: [`LedgerError::ReplayRefused`] when the row's or the new
+///    replay class is `Never`, else a restart;
+/// 6. no row: an insert.
+///
+/// A refused start changes nothing (the backend writes only on `Ok`).
+pub(crate) fn check_start(
+    existing: Option<&Existing<'_>>,
+    run_finished: bool,
+    new: &StartedRow,
+) -> LedgerResult<Start> {
+    if let Some(existing) = existing {
+        if existing.tool_name != new.tool_name || existing.args_hash != new.args_hash {
+            return Err(LedgerError::Mismatch {
+                run: new.run_id.clone(),
+                call: new.call_id.clone(),
+                recorded: Box::new(CallIdentity {
+                    tool_name: existing.tool_name.to_owned(),
+                    args_hash: existing.args_hash.to_owned(),
+                }),
+                offered: Box::new(CallIdentity {
+                    tool_name: new.tool_name.clone(),
+                    args_hash: new.args_hash.clone(),
+                }),
+            });
+        }
+        if existing.status.is_settled() {
+            return Err(already_settled(new, existing.status));
+        }
+    }
+    if run_finished {
+        return Err(LedgerError::RunFinished {
             run: new.run_id.clone(),
-            call: new.call_id.clone(),
-            status: existing.status,
         });
     }
-    if existing.tool_name != new.tool_name || existing.args_hash != new.args_hash {
-        return Err(LedgerError::Mismatch {
-            run: new.run_id.clone(),
-            call: new.call_id.clone(),
-            recorded: Box::new(CallIdentity {
-                tool_name: existing.tool_name.to_owned(),
-                args_hash: existing.args_hash.to_owned(),
-            }),
-            offered: Box::new(CallIdentity {
-                tool_name: new.tool_name.clone(),
-                args_hash: new.args_hash.clone(),
-            }),
-        });
-    }
-    if existing.replay == ToolReplay::Never || new.replay == ToolReplay::Never {
-        return Err(LedgerError::ReplayRefused {
+    let Some(existing) = existing else {
+        return Ok(Start::Insert);
+    };
+    let never = existing.replay == ToolReplay::Never || new.replay == ToolReplay::Never;
+    match existing.status {
+        // A deferred call did not act: it starts again whatever its class.
+        CallStatus::Deferred => Ok(Start::Restart),
+        CallStatus::Started if never => Err(LedgerError::ReplayRefused {
             run: new.run_id.clone(),
             call: new.call_id.clone(),
             tool: new.tool_name.clone(),
-        });
+        }),
+        CallStatus::Started => Ok(Start::Restart),
+        // Refused above, before the finished run; named here so that a new
+        // status has to be placed.
+        CallStatus::Completed | CallStatus::Failed | CallStatus::Interrupted => {
+            Err(already_settled(new, existing.status))
+        }
     }
-    Ok(())
 }
 
-/// Whether a call may settle, given the status of its row (`None`: no row).
+fn already_settled(new: &StartedRow, status: CallStatus) -> LedgerError {
+    LedgerError::AlreadySettled {
+        run: new.run_id.clone(),
+        call: new.call_id.clone(),
+        status,
+    }
+}
+
+/// Whether a call may settle, given the status of its row (`None`: no row):
+/// only a started row settles. A deferred row must start again first.
 pub(crate) fn check_settle(
     run: &RunId,
     call: &CallId,
@@ -61,6 +123,10 @@ pub(crate) fn check_settle(
             call: call.clone(),
         }),
         Some(CallStatus::Started) => Ok(()),
+        Some(CallStatus::Deferred) => Err(LedgerError::CallDeferred {
+            run: run.clone(),
+            call: call.clone(),
+        }),
         Some(status) => Err(LedgerError::AlreadySettled {
             run: run.clone(),
             call: call.clone(),
@@ -69,7 +135,8 @@ pub(crate) fn check_settle(
     }
 }
 
-/// Whether a checkpoint of `offered` version may replace the `stored` one.
+/// Whether a checkpoint (a base or an appended entry) of `offered` version
+/// may follow the `stored` one: only when it is not older.
 pub(crate) fn check_checkpoint(run: &RunId, stored: Option<u64>, offered: u64) -> LedgerResult<()> {
     match stored {
         Some(stored) if offered < stored => Err(LedgerError::StaleCheckpoint {

@@ -10,8 +10,8 @@ use rusqlite::Connection;
 use serde_json::json;
 use tinyagents_core::{CallId, RunId, ToolReplay, ToolResult};
 use tinyagents_ledger::{
-    APPLICATION_ID, CallStatus, EffectLedger, LedgerError, Outcome, SCHEMA_VERSION, SqliteLedger,
-    SqliteOptions, StartedRow, args_hash,
+    APPLICATION_ID, CallStatus, EffectLedger, LedgerError, Outcome, RunState, SCHEMA_VERSION,
+    SqliteLedger, SqliteOptions, StartedRow, args_hash,
 };
 
 async fn open(path: &Path) -> Result<SqliteLedger, LedgerError> {
@@ -281,4 +281,181 @@ fn open_blocking_works_outside_a_runtime() {
     )
     .unwrap_err();
     assert!(matches!(err, LedgerError::Missing { .. }));
+}
+
+/// The version-1 schema, verbatim as released (the file format a build of
+/// schema version 1 wrote).
+const SCHEMA_V1: &str = "CREATE TABLE calls (
+        seq INTEGER PRIMARY KEY,
+        run_id TEXT NOT NULL,
+        call_id TEXT NOT NULL,
+        parent_call_id TEXT,
+        tool_name TEXT NOT NULL,
+        args_hash TEXT NOT NULL,
+        replay TEXT NOT NULL,
+        status TEXT NOT NULL,
+        attempts INTEGER NOT NULL,
+        started_at INTEGER NOT NULL,
+        settled_at INTEGER,
+        content TEXT,
+        is_error INTEGER,
+        metadata TEXT,
+        control TEXT,
+        original_bytes INTEGER,
+        truncated INTEGER,
+        UNIQUE (run_id, call_id)
+    );
+    CREATE TABLE checkpoints (
+        run_id TEXT PRIMARY KEY,
+        version INTEGER NOT NULL,
+        data BLOB NOT NULL,
+        saved_at INTEGER NOT NULL
+    ) WITHOUT ROWID;
+    CREATE TABLE runs (
+        run_id TEXT PRIMARY KEY,
+        finished_at INTEGER NOT NULL
+    ) WITHOUT ROWID;";
+
+/// Writes a version-1 ledger at `path` as a version-1 build left it: run
+/// `r1` with a completed call `p1`, a call in doubt `p2` and a checkpoint
+/// at version 3, and a finished run `r0`. `extra` runs after the schema.
+fn write_v1_ledger(path: &Path, extra: &str) {
+    let conn = Connection::open(path).unwrap();
+    conn.execute_batch("PRAGMA page_size = 1024;").unwrap();
+    let mode: String = conn
+        .query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(mode, "wal");
+    conn.execute_batch(SCHEMA_V1).unwrap();
+    conn.execute_batch(extra).unwrap();
+    let hash = args_hash(&json!({}));
+    conn.execute(
+        "INSERT INTO calls (run_id, call_id, tool_name, args_hash, replay, status, attempts, \
+         started_at, settled_at, content, is_error, original_bytes, truncated) \
+         VALUES ('r1', 'p1', 'pay', ?1, 'never', 'completed', 1, 10, 11, 'paid', 0, 4, 0)",
+        [&hash],
+    )
+    .unwrap();
+    conn.execute(
+        "INSERT INTO calls (run_id, call_id, tool_name, args_hash, replay, status, attempts, \
+         started_at) VALUES ('r1', 'p2', 'read', ?1, 'safe', 'started', 2, 12)",
+        [&hash],
+    )
+    .unwrap();
+    conn.execute_batch(
+        "INSERT INTO checkpoints (run_id, version, data, saved_at) VALUES ('r1', 3, X'737461', 13);
+         INSERT INTO runs (run_id, finished_at) VALUES ('r0', 9);",
+    )
+    .unwrap();
+    conn.pragma_update(None, "application_id", APPLICATION_ID)
+        .unwrap();
+    conn.pragma_update(None, "user_version", 1).unwrap();
+    conn.close().unwrap();
+}
+
+fn user_version(path: &Path) -> i64 {
+    let conn = Connection::open(path).unwrap();
+    conn.query_row("PRAGMA user_version", [], |r| r.get(0))
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_version_1_file_migrates_in_place_and_keeps_its_rows_and_checkpoint() {
+    assert_eq!(SCHEMA_VERSION, 2);
+    let (_dir, path) = temp();
+    write_v1_ledger(&path, "");
+    let ledger = open(&path).await.unwrap();
+    let r1 = RunId::from("r1");
+    let paid = ledger.get(&r1, &CallId::new("p1")).await.unwrap().unwrap();
+    assert_eq!(
+        (paid.status, paid.replay),
+        (CallStatus::Completed, ToolReplay::Never)
+    );
+    assert_eq!(paid.result.unwrap().content, "paid");
+    let open_rows: Vec<String> = ledger
+        .unresolved(&r1)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|row| format!("{}:{}", row.call_id, row.attempts))
+        .collect();
+    assert_eq!(open_rows, ["p2:2"]);
+    let checkpoint = ledger.load_checkpoint(&r1).await.unwrap().unwrap();
+    assert_eq!(
+        (checkpoint.version, checkpoint.data.as_slice()),
+        (3, &b"sta"[..])
+    );
+    assert!(checkpoint.appended.is_empty());
+    // The version-2 tables work on the migrated file.
+    ledger
+        .append_checkpoint(&r1, 4, b"more".to_vec())
+        .await
+        .unwrap();
+    assert!(matches!(
+        ledger.begin_run(&r1).await,
+        Err(LedgerError::RunExists { .. })
+    ));
+    assert_eq!(
+        ledger.run_state(&RunId::from("r0")).await.unwrap(),
+        RunState::Finished
+    );
+    assert_eq!(
+        ledger.unfinished_runs().await.unwrap(),
+        std::slice::from_ref(&r1)
+    );
+    ledger.shutdown().await.unwrap();
+    assert_eq!(user_version(&path), SCHEMA_VERSION);
+    let again = open(&path).await.unwrap();
+    let reloaded = again.load_checkpoint(&r1).await.unwrap().unwrap();
+    assert_eq!(
+        (reloaded.version, reloaded.appended),
+        (4, vec![b"more".to_vec()])
+    );
+    again.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_failed_migration_leaves_the_version_1_file_as_it_was() {
+    let (_dir, path) = temp();
+    // A stray table in the way of version 2's `claims`: the migration fails
+    // half way, and its one transaction rolls back whole.
+    write_v1_ledger(&path, "CREATE TABLE claims (x);");
+    let err = refused(&path).await;
+    assert!(
+        matches!(&err, LedgerError::Open { detail, .. } if detail.contains("claims")),
+        "{err:?}"
+    );
+    assert_eq!(user_version(&path), 1);
+    let conn = Connection::open(&path).unwrap();
+    let entries: i64 = conn
+        .query_row(
+            "SELECT count(*) FROM sqlite_master WHERE name = 'checkpoint_entries'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(entries, 0, "the first table of the migration was kept");
+    let rows: i64 = conn
+        .query_row("SELECT count(*) FROM calls", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(rows, 2);
+}
+
+#[tokio::test]
+async fn a_version_2_file_missing_a_table_is_corrupt() {
+    let (_dir, path) = temp();
+    let ledger = open(&path).await.unwrap();
+    ledger.record_started(row("r", "p1")).await.unwrap();
+    ledger.shutdown().await.unwrap();
+    for table in ["claims", "checkpoint_entries"] {
+        let copy = path.with_file_name(format!("without-{table}.db"));
+        std::fs::copy(&path, &copy).unwrap();
+        let conn = Connection::open(&copy).unwrap();
+        conn.execute_batch(&format!("DROP TABLE {table}")).unwrap();
+        conn.close().unwrap();
+        match refused(&copy).await {
+            LedgerError::Corrupt { detail, .. } => assert!(detail.contains(table), "{detail}"),
+            other => panic!("expected Corrupt for a file without {table}, got {other:?}"),
+        }
+    }
 }

@@ -6,6 +6,7 @@
 //! open the same file (a recovery tool, a crash test reopening it); SQLite's
 //! locks serialise their writes.
 
+mod runs;
 mod schema;
 mod store;
 mod writer;
@@ -24,7 +25,7 @@ use tokio::sync::{Semaphore, oneshot};
 
 use crate::clock::{Clock, SharedClock, Timestamp, system_clock};
 use crate::error::{LedgerError, LedgerResult};
-use crate::ledger::{Checkpoint, EffectLedger, PruneReport};
+use crate::ledger::{Checkpoint, EffectLedger, PruneReport, RunState};
 use crate::row::{DEFAULT_MAX_RESULT_BYTES, LedgerRow, Outcome, StartedRow, StoredResult};
 use writer::{Deferred, Reply, Request, Tuning, Writer};
 
@@ -383,8 +384,33 @@ impl EffectLedger for SqliteLedger {
         .await
     }
 
+    async fn append_checkpoint(
+        &self,
+        run: &RunId,
+        version: u64,
+        entry: Vec<u8>,
+    ) -> LedgerResult<()> {
+        self.call(|reply| Request::AppendCheckpoint {
+            run: run.clone(),
+            version,
+            entry,
+            reply,
+        })
+        .await
+    }
+
     async fn load_checkpoint(&self, run: &RunId) -> LedgerResult<Option<Checkpoint>> {
         self.call(|reply| Request::LoadCheckpoint(run.clone(), reply))
+            .await
+    }
+
+    async fn begin_run(&self, run: &RunId) -> LedgerResult<()> {
+        self.call(|reply| Request::BeginRun(run.clone(), reply))
+            .await
+    }
+
+    async fn run_state(&self, run: &RunId) -> LedgerResult<RunState> {
+        self.call(|reply| Request::RunState(run.clone(), reply))
             .await
     }
 

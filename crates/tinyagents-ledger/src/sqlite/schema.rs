@@ -51,6 +51,23 @@ pub(crate) const MIGRATIONS: &[&str] = &[
         run_id TEXT PRIMARY KEY,
         finished_at INTEGER NOT NULL
     ) WITHOUT ROWID;",
+    // Version 2: checkpoint entries appended after the base (`checkpoints`
+    // keeps the base and its version; an entry carries the version it set,
+    // so an append never rewrites the base's row), and run claims
+    // (`begin_run`). `calls.status` may now hold 'deferred', which a
+    // version-1 build would not read: the version bump keeps it out.
+    "CREATE TABLE checkpoint_entries (
+        run_id TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        version INTEGER NOT NULL,
+        data BLOB NOT NULL,
+        saved_at INTEGER NOT NULL,
+        PRIMARY KEY (run_id, seq)
+    ) WITHOUT ROWID;
+    CREATE TABLE claims (
+        run_id TEXT PRIMARY KEY,
+        claimed_at INTEGER NOT NULL
+    ) WITHOUT ROWID;",
 ];
 
 /// The page size of a new ledger. Small pages because every commit writes
@@ -60,8 +77,15 @@ pub(crate) const MIGRATIONS: &[&str] = &[
 /// it would with SQLite's default 4 KiB, which measurably shortens it.
 const PAGE_SIZE: u32 = 1024;
 
-/// The tables every version has; a file that lacks one is damaged.
-const REQUIRED_TABLES: &[&str] = &["calls", "checkpoints", "runs"];
+/// The tables of the current version (checked after migrating); a file that
+/// lacks one is damaged.
+const REQUIRED_TABLES: &[&str] = &[
+    "calls",
+    "checkpoint_entries",
+    "checkpoints",
+    "claims",
+    "runs",
+];
 
 /// The schema version this build writes.
 pub(crate) fn current_version() -> i64 {

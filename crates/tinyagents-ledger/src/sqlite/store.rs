@@ -1,51 +1,44 @@
-//! The SQL of each ledger operation, run by the writer thread inside the
-//! transaction of its batch (writes) or after it (reads).
+//! The SQL of the call rows, run by the writer thread inside the
+//! transaction of its batch (writes) or after it (reads). Runs and
+//! checkpoints are in `runs.rs`.
 
 use rusqlite::{Connection, OptionalExtension, Row, params};
 use tinyagents_core::{CallId, RunId, ToolControl};
 
 use crate::clock::Timestamp;
 use crate::error::{LedgerError, LedgerResult};
-use crate::ledger::{Checkpoint, PruneReport};
 use crate::row::{CallStatus, LedgerRow, StartedRow, StoredResult};
-use crate::rules::{self, Existing};
+use crate::rules::{self, Existing, Start};
 
 const ROW_COLUMNS: &str = "run_id, call_id, parent_call_id, tool_name, args_hash, replay, \
      status, attempts, started_at, settled_at, content, is_error, metadata, control, \
      original_bytes, truncated";
 
-fn db(operation: &'static str) -> impl Fn(rusqlite::Error) -> LedgerError {
+pub(super) fn db(operation: &'static str) -> impl Fn(rusqlite::Error) -> LedgerError {
     move |err| LedgerError::storage(operation, err)
 }
 
-fn millis(at: Timestamp) -> i64 {
+pub(super) fn millis(at: Timestamp) -> i64 {
     // Invariant: `Timestamp` is capped at i64::MAX.
     i64::try_from(at.as_millis()).unwrap_or(i64::MAX)
 }
 
-fn timestamp(millis: i64) -> Timestamp {
+pub(super) fn timestamp(millis: i64) -> Timestamp {
     Timestamp::from_millis(u64::try_from(millis).unwrap_or(0))
 }
 
-/// Writes a started row, or counts a restart of an existing one.
+/// Writes a started row, or restarts an existing one, as
+/// [`rules::check_start`] decides.
 pub(crate) fn start(conn: &Connection, row: &StartedRow, now: Timestamp) -> LedgerResult<()> {
     let op = "record_started";
-    let finished: Option<i64> = conn
-        .prepare_cached("SELECT finished_at FROM runs WHERE run_id = ?1")
-        .and_then(|mut stmt| {
-            stmt.query_row([row.run_id.as_str()], |r| r.get(0))
-                .optional()
-        })
-        .map_err(db(op))?;
-    if finished.is_some() {
-        return Err(LedgerError::RunFinished {
-            run: row.run_id.clone(),
-        });
-    }
+    // The common case in one statement: no row yet and the run not
+    // finished. Anything else is decided below from what is stored.
     let inserted = conn
         .prepare_cached(
             "INSERT INTO calls (run_id, call_id, parent_call_id, tool_name, args_hash, replay, \
-             status, attempts, started_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'started', 1, ?7) \
+             status, attempts, started_at) \
+             SELECT ?1, ?2, ?3, ?4, ?5, ?6, 'started', 1, ?7 \
+             WHERE NOT EXISTS (SELECT 1 FROM runs WHERE run_id = ?1) \
              ON CONFLICT (run_id, call_id) DO NOTHING",
         )
         .and_then(|mut stmt| {
@@ -63,19 +56,26 @@ pub(crate) fn start(conn: &Connection, row: &StartedRow, now: Timestamp) -> Ledg
     if inserted == 1 {
         return Ok(());
     }
-    let existing = get(conn, &row.run_id, &row.call_id)?
-        .ok_or_else(|| LedgerError::storage(op, "the row vanished during its restart"))?;
-    rules::check_restart(
-        &Existing {
-            status: existing.status,
-            tool_name: &existing.tool_name,
-            args_hash: &existing.args_hash,
-            replay: existing.replay,
-        },
-        row,
-    )?;
+    let existing = get(conn, &row.run_id, &row.call_id)?;
+    let finished = super::runs::is_finished(conn, &row.run_id)?;
+    match rules::check_start(existing.as_ref().map(Existing::of).as_ref(), finished, row)? {
+        Start::Restart => restart(conn, row, now),
+        // The insert above did nothing although the row is absent and the
+        // run open: nothing the rules can explain.
+        Start::Insert => Err(LedgerError::storage(
+            op,
+            "the started row could not be inserted",
+        )),
+    }
+}
+
+/// Starts an existing row again: status back to started, one more attempt,
+/// the settled time and result cleared.
+fn restart(conn: &Connection, row: &StartedRow, now: Timestamp) -> LedgerResult<()> {
     conn.prepare_cached(
-        "UPDATE calls SET attempts = attempts + 1, started_at = ?3 \
+        "UPDATE calls SET status = 'started', attempts = attempts + 1, started_at = ?3, \
+         settled_at = NULL, content = NULL, is_error = NULL, metadata = NULL, control = NULL, \
+         original_bytes = NULL, truncated = NULL \
          WHERE run_id = ?1 AND call_id = ?2",
     )
     .and_then(|mut stmt| {
@@ -85,7 +85,7 @@ pub(crate) fn start(conn: &Connection, row: &StartedRow, now: Timestamp) -> Ledg
             millis(now)
         ])
     })
-    .map_err(db(op))?;
+    .map_err(db("record_started"))?;
     Ok(())
 }
 
@@ -129,66 +129,6 @@ pub(crate) fn settle(
     Err(LedgerError::storage(op, "the row could not be updated"))
 }
 
-/// Replaces the run's checkpoint unless the stored one is newer.
-pub(crate) fn save_checkpoint(
-    conn: &Connection,
-    run: &RunId,
-    version: u64,
-    data: &[u8],
-    now: Timestamp,
-) -> LedgerResult<()> {
-    let op = "save_checkpoint";
-    let stored = load_checkpoint(conn, run)?.map(|c| c.version);
-    rules::check_checkpoint(run, stored, version)?;
-    let version = i64::try_from(version)
-        .map_err(|_| LedgerError::storage(op, "the version does not fit a signed 64-bit column"))?;
-    conn.prepare_cached(
-        "INSERT INTO checkpoints (run_id, version, data, saved_at) VALUES (?1, ?2, ?3, ?4) \
-         ON CONFLICT (run_id) DO UPDATE SET version = ?2, data = ?3, saved_at = ?4",
-    )
-    .and_then(|mut stmt| stmt.execute(params![run.as_str(), version, data, millis(now)]))
-    .map_err(db(op))?;
-    Ok(())
-}
-
-/// Marks a run finished (keeping the first time stamp).
-pub(crate) fn finish(conn: &Connection, run: &RunId, now: Timestamp) -> LedgerResult<()> {
-    conn.prepare_cached(
-        "INSERT INTO runs (run_id, finished_at) VALUES (?1, ?2) ON CONFLICT (run_id) DO NOTHING",
-    )
-    .and_then(|mut stmt| stmt.execute(params![run.as_str(), millis(now)]))
-    .map_err(db("mark_run_finished"))?;
-    Ok(())
-}
-
-/// Deletes everything of the runs finished at or before `cutoff`.
-pub(crate) fn prune(conn: &Connection, cutoff: Timestamp) -> LedgerResult<PruneReport> {
-    let op = "prune_finished";
-    let cutoff = millis(cutoff);
-    let finished = "SELECT run_id FROM runs WHERE finished_at <= ?1";
-    let rows = conn
-        .execute(
-            &format!("DELETE FROM calls WHERE run_id IN ({finished})"),
-            [cutoff],
-        )
-        .map_err(db(op))?;
-    let checkpoints = conn
-        .execute(
-            &format!("DELETE FROM checkpoints WHERE run_id IN ({finished})"),
-            [cutoff],
-        )
-        .map_err(db(op))?;
-    let runs = conn
-        .execute("DELETE FROM runs WHERE finished_at <= ?1", [cutoff])
-        .map_err(db(op))?;
-    let count = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
-    Ok(PruneReport {
-        runs: count(runs),
-        rows: count(rows),
-        checkpoints: count(checkpoints),
-    })
-}
-
 /// One row.
 pub(crate) fn get(
     conn: &Connection,
@@ -230,36 +170,6 @@ pub(crate) fn rows(
         })
         .map_err(db(op))?;
     raws.into_iter().map(|raw| raw.decode(op)).collect()
-}
-
-/// Runs with rows or a checkpoint and no finished mark.
-pub(crate) fn unfinished_runs(conn: &Connection) -> LedgerResult<Vec<RunId>> {
-    conn.prepare_cached(
-        "SELECT run_id FROM calls UNION SELECT run_id FROM checkpoints \
-         EXCEPT SELECT run_id FROM runs ORDER BY 1",
-    )
-    .and_then(|mut stmt| {
-        stmt.query_map([], |row| row.get::<_, String>(0).map(RunId::from))?
-            .collect()
-    })
-    .map_err(db("unfinished_runs"))
-}
-
-/// The run's checkpoint.
-pub(crate) fn load_checkpoint(conn: &Connection, run: &RunId) -> LedgerResult<Option<Checkpoint>> {
-    conn.prepare_cached("SELECT version, data, saved_at FROM checkpoints WHERE run_id = ?1")
-        .and_then(|mut stmt| {
-            stmt.query_row([run.as_str()], |row| {
-                Ok(Checkpoint {
-                    run_id: run.clone(),
-                    version: u64::try_from(row.get::<_, i64>(0)?).unwrap_or(0),
-                    data: row.get(1)?,
-                    saved_at: timestamp(row.get(2)?),
-                })
-            })
-            .optional()
-        })
-        .map_err(db("load_checkpoint"))
 }
 
 fn control_str(control: ToolControl) -> &'static str {
@@ -333,9 +243,9 @@ impl RawRow {
             .ok_or_else(|| bad(format!("unknown status '{}'", self.status)))?;
         let replay = rules::parse_replay(&self.replay)
             .ok_or_else(|| bad(format!("unknown replay class '{}'", self.replay)))?;
-        let result = match (status.is_settled(), &self.content) {
+        let result = match (status.has_result(), &self.content) {
             (false, _) => None,
-            (true, None) => return Err(bad("a settled row without a result".into())),
+            (true, None) => return Err(bad(format!("a {status} row without a result"))),
             (true, Some(content)) => Some(StoredResult {
                 content: content.clone(),
                 is_error: self.is_error.unwrap_or(false),

@@ -5,8 +5,9 @@
 //! semaphore bounds the requests in flight). The thread takes every request
 //! waiting (up to the batch size) and applies it in the open transaction:
 //!
-//! - a settled row, a checkpoint, a finished mark or a prune is answered as
-//!   soon as it is applied, and rides on the next commit;
+//! - a settled row, a checkpoint (base or appended entry), a claim, a
+//!   finished mark or a prune is answered as soon as it is applied, and
+//!   rides on the next commit;
 //! - a started row (or a flush) is answered after the commit, which is
 //!   durable (`synchronous = FULL`: one fsync of the write-ahead log for
 //!   every row of the batch, and for what rode on it);
@@ -24,11 +25,11 @@ use rusqlite::Connection;
 use tinyagents_core::{CallId, RunId};
 use tokio::sync::{Semaphore, oneshot};
 
-use super::store;
 use super::{CommitHook, CommitPoint};
+use super::{runs, store};
 use crate::clock::{SharedClock, Timestamp};
 use crate::error::{LedgerError, LedgerResult};
-use crate::ledger::{Checkpoint, PruneReport};
+use crate::ledger::{Checkpoint, PruneReport, RunState};
 use crate::row::{CallStatus, LedgerRow, StartedRow, StoredResult};
 
 pub(crate) type Reply<T> = oneshot::Sender<LedgerResult<T>>;
@@ -51,6 +52,14 @@ pub(crate) enum Request {
         data: Vec<u8>,
         reply: Reply<()>,
     },
+    AppendCheckpoint {
+        run: RunId,
+        version: u64,
+        entry: Vec<u8>,
+        reply: Reply<()>,
+    },
+    BeginRun(RunId, Reply<()>),
+    RunState(RunId, Reply<RunState>),
     Finish(RunId, Reply<()>),
     Prune(Timestamp, Reply<PruneReport>),
     Flush(Reply<()>),
@@ -197,6 +206,7 @@ impl Writer {
             | Request::Rows { .. }
             | Request::UnfinishedRuns(_)
             | Request::LoadCheckpoint(..)
+            | Request::RunState(..)
             | Request::Flush(_) => Ok(()),
             _ => self.begin(),
         };
@@ -238,17 +248,33 @@ impl Writer {
                 data,
                 reply,
             } => {
-                let saved = store::save_checkpoint(conn, &run, version, &data, now);
+                let saved = runs::save_checkpoint(conn, &run, version, &data, now);
                 self.riders += usize::from(saved.is_ok());
                 drop(reply.send(saved));
             }
+            Request::AppendCheckpoint {
+                run,
+                version,
+                entry,
+                reply,
+            } => {
+                let appended = runs::append_checkpoint(conn, &run, version, &entry, now);
+                self.riders += usize::from(appended.is_ok());
+                drop(reply.send(appended));
+            }
+            Request::BeginRun(run, reply) => {
+                let claimed = runs::begin_run(conn, &run, now);
+                self.riders += usize::from(claimed.is_ok());
+                drop(reply.send(claimed));
+            }
+            Request::RunState(run, reply) => drop(reply.send(runs::run_state(conn, &run))),
             Request::Finish(run, reply) => {
-                let finished = store::finish(conn, &run, now);
+                let finished = runs::finish(conn, &run, now);
                 self.riders += usize::from(finished.is_ok());
                 drop(reply.send(finished));
             }
             Request::Prune(cutoff, reply) => {
-                let pruned = store::prune(conn, cutoff);
+                let pruned = runs::prune(conn, cutoff);
                 self.riders += usize::from(pruned.is_ok());
                 drop(reply.send(pruned));
             }
@@ -258,9 +284,9 @@ impl Writer {
                 unresolved,
                 reply,
             } => drop(reply.send(store::rows(conn, &run, unresolved))),
-            Request::UnfinishedRuns(reply) => drop(reply.send(store::unfinished_runs(conn))),
+            Request::UnfinishedRuns(reply) => drop(reply.send(runs::unfinished_runs(conn))),
             Request::LoadCheckpoint(run, reply) => {
-                drop(reply.send(store::load_checkpoint(conn, &run)));
+                drop(reply.send(runs::load_checkpoint(conn, &run)));
             }
             Request::Shutdown(reply) => drop(reply.send(Ok(()))),
         }
@@ -296,7 +322,7 @@ impl Writer {
                             "commit",
                             format!(
                                 "{riders} acknowledged writes (settled rows, checkpoints, \
-                                 finished marks, prunes) lost: {err}"
+                                 claims, finished marks, prunes) lost: {err}"
                             ),
                         ));
                     }
@@ -324,6 +350,8 @@ fn reject(request: Request, err: LedgerError, deferred: &Deferred) {
         },
         Request::Started(_, reply)
         | Request::SaveCheckpoint { reply, .. }
+        | Request::AppendCheckpoint { reply, .. }
+        | Request::BeginRun(_, reply)
         | Request::Finish(_, reply)
         | Request::Flush(reply)
         | Request::Shutdown(reply) => drop(reply.send(Err(err))),
@@ -332,6 +360,7 @@ fn reject(request: Request, err: LedgerError, deferred: &Deferred) {
         Request::Rows { reply, .. } => drop(reply.send(Err(err))),
         Request::UnfinishedRuns(reply) => drop(reply.send(Err(err))),
         Request::LoadCheckpoint(_, reply) => drop(reply.send(Err(err))),
+        Request::RunState(_, reply) => drop(reply.send(Err(err))),
     }
 }
 

@@ -1,6 +1,10 @@
 //! The conformance suite every [`EffectLedger`] backend passes (feature
 //! `conformance`). Each check panics with a message naming what broke.
 //!
+//! The restart table of `docs/effect-ledger.md` (and deferred rows) is in
+//! [`restart`]; run claims, run states and incremental checkpoints in
+//! [`runs`].
+//!
 //! Run [`run_all`] against a fresh ledger built with a result cut of
 //! [`RESULT_LIMIT`] bytes. The checks use their own run ids (fresh per
 //! call), so a backend shared with other tests still works, except that the
@@ -20,6 +24,23 @@ use crate::{
     CallStatus, EffectLedger, LedgerError, LedgerResult, Outcome, StartedRow, Timestamp, args_hash,
 };
 
+pub mod restart;
+pub mod runs;
+
+pub use restart::{
+    a_deferred_never_call_runs_once_after_it_starts_again,
+    a_never_offer_is_refused_on_a_row_in_doubt_but_not_on_a_deferred_one,
+    deferred_rows_are_not_in_doubt_and_refuse_a_settle, every_start_follows_the_restart_table,
+};
+pub use runs::{
+    a_pruned_run_id_can_be_claimed_again, append_checkpoint_needs_a_base,
+    appended_entries_load_back_after_the_base_in_order, begin_run_claims_a_fresh_id_once,
+    begin_run_refuses_an_id_with_records, prune_removes_appended_entries_and_claims,
+    run_state_follows_a_run_from_unknown_to_finished,
+    save_checkpoint_compacts_the_appended_entries,
+    stale_checkpoint_writes_are_refused_against_the_last_entry,
+};
+
 /// The result cut the suite expects the ledger under test to use.
 pub const RESULT_LIMIT: usize = 100;
 
@@ -33,24 +54,37 @@ pub async fn run_all(ledger: &dyn EffectLedger) {
     prune_removes_finished_runs_only(ledger).await;
     results_are_cut_at_the_limit(ledger).await;
     failed_and_interrupted_outcomes_settle(ledger).await;
-    restarts_follow_the_rules(ledger).await;
+    a_call_settles_once_and_only_after_it_started(ledger).await;
     finished_runs_refuse_starts(ledger).await;
     concurrent_starts_are_all_recorded(ledger).await;
     odd_ids_round_trip(ledger).await;
+    every_start_follows_the_restart_table(ledger).await;
+    a_never_offer_is_refused_on_a_row_in_doubt_but_not_on_a_deferred_one(ledger).await;
+    deferred_rows_are_not_in_doubt_and_refuse_a_settle(ledger).await;
+    a_deferred_never_call_runs_once_after_it_starts_again(ledger).await;
+    begin_run_claims_a_fresh_id_once(ledger).await;
+    begin_run_refuses_an_id_with_records(ledger).await;
+    run_state_follows_a_run_from_unknown_to_finished(ledger).await;
+    append_checkpoint_needs_a_base(ledger).await;
+    appended_entries_load_back_after_the_base_in_order(ledger).await;
+    stale_checkpoint_writes_are_refused_against_the_last_entry(ledger).await;
+    save_checkpoint_compacts_the_appended_entries(ledger).await;
+    prune_removes_appended_entries_and_claims(ledger).await;
+    a_pruned_run_id_can_be_claimed_again(ledger).await;
 }
 
-fn ok<T>(result: LedgerResult<T>, what: &str) -> T {
+pub(crate) fn ok<T>(result: LedgerResult<T>, what: &str) -> T {
     match result {
         Ok(value) => value,
         Err(err) => panic!("{what}: unexpected ledger error: {err}"),
     }
 }
 
-fn fresh_run(check: &str) -> RunId {
+pub(crate) fn fresh_run(check: &str) -> RunId {
     RunId::from(format!("conformance-{check}-{}", RunId::generate()))
 }
 
-fn started(run: &RunId, call: &str, tool: &str, replay: ToolReplay) -> StartedRow {
+pub(crate) fn started(run: &RunId, call: &str, tool: &str, replay: ToolReplay) -> StartedRow {
     StartedRow::new(
         run.clone(),
         CallId::new(call),
@@ -199,6 +233,7 @@ pub async fn checkpoints_round_trip(ledger: &dyn EffectLedger) {
         (1, &b"turn one"[..])
     );
     assert_eq!(first.run_id, run);
+    assert!(first.appended.is_empty(), "a base alone has no entries");
     let bytes: Vec<u8> = (0..=255).collect();
     ok(ledger.save_checkpoint(&run, 2, bytes.clone()).await, "save");
     ok(
@@ -353,7 +388,9 @@ pub async fn failed_and_interrupted_outcomes_settle(ledger: &dyn EffectLedger) {
         let stored = row.result.expect("stored result");
         assert!(stored.is_error);
         let text = match &outcome {
-            Outcome::Failed(text) | Outcome::Interrupted(text) => text.clone(),
+            Outcome::Failed(text) | Outcome::Interrupted(text) | Outcome::Deferred(text) => {
+                text.clone()
+            }
             Outcome::Completed(result) => result.content.clone(),
         };
         assert_eq!(stored.content, text);
@@ -361,67 +398,31 @@ pub async fn failed_and_interrupted_outcomes_settle(ledger: &dyn EffectLedger) {
     assert!(ok(ledger.unresolved(&run).await, "unresolved").is_empty());
 }
 
-/// A replay-safe call in doubt may start again (one more attempt); a
-/// `Never` call in doubt, a changed call and a settled call may not; a
-/// call settles exactly once, and only after it started.
-pub async fn restarts_follow_the_rules(ledger: &dyn EffectLedger) {
-    let run = fresh_run("restart");
+/// A call settles exactly once, and only after it started: a second settle
+/// is `AlreadySettled` and keeps the first result, a call with no row is
+/// `NotStarted`. (Starts are held to the restart table in [`restart`].)
+pub async fn a_call_settles_once_and_only_after_it_started(ledger: &dyn EffectLedger) {
+    let run = fresh_run("settle-once");
     let safe = started(&run, "p1", "read", ToolReplay::Safe);
     ok(ledger.record_started(safe.clone()).await, "record_started");
-    ok(
-        ledger.record_started(safe.clone()).await,
-        "restart of a safe call",
-    );
-    let row = ok(ledger.get(&run, &safe.call_id).await, "get").expect("row");
-    assert_eq!((row.status, row.attempts), (CallStatus::Started, 2));
-
-    let mut changed = safe.clone();
-    changed.args_hash = args_hash(&json!({"other": true}));
-    match ledger.record_started(changed).await {
-        Err(LedgerError::Mismatch {
-            recorded, offered, ..
-        }) => {
-            assert_eq!(recorded.tool_name, "read");
-            assert_eq!(offered.args_hash, args_hash(&json!({"other": true})));
-        }
-        other => panic!("a changed call must be refused, got {other:?}"),
-    }
-    let mut renamed = safe.clone();
-    renamed.tool_name = "write".into();
-    assert!(matches!(
-        ledger.record_started(renamed).await,
-        Err(LedgerError::Mismatch { .. })
-    ));
-
-    let never = started(&run, "p2", "pay", ToolReplay::Never);
-    ok(ledger.record_started(never.clone()).await, "record_started");
-    match ledger.record_started(never.clone()).await {
-        Err(LedgerError::ReplayRefused { tool, .. }) => assert_eq!(tool, "pay"),
-        other => panic!("a Never call in doubt must not start again, got {other:?}"),
-    }
-    let row = ok(ledger.get(&run, &never.call_id).await, "get").expect("row");
-    assert_eq!(row.attempts, 1, "a refused restart counts no attempt");
-
     let done = Outcome::Completed(ToolResult::text("ok"));
     ok(
         ledger.record_settled(&run, &safe.call_id, &done).await,
         "record_settled",
     );
+    let again = Outcome::Failed("late".into());
     assert!(matches!(
-        ledger.record_started(safe.clone()).await,
+        ledger.record_settled(&run, &safe.call_id, &again).await,
         Err(LedgerError::AlreadySettled {
             status: CallStatus::Completed,
             ..
         })
     ));
     assert!(matches!(
-        ledger.record_settled(&run, &safe.call_id, &done).await,
-        Err(LedgerError::AlreadySettled { .. })
-    ));
-    assert!(matches!(
         ledger.record_settled(&run, &CallId::new("p9"), &done).await,
         Err(LedgerError::NotStarted { .. })
     ));
+    assert!(ok(ledger.get(&run, &CallId::new("p9")).await, "get").is_none());
     let row = ok(ledger.get(&run, &safe.call_id).await, "get").expect("row");
     assert_eq!(
         row.result.expect("result").content,
