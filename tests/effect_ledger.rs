@@ -276,13 +276,50 @@ async fn recovery_gives_a_never_replay_call_in_doubt_an_interrupted_result() {
     assert_eq!(pay.calls.load(Ordering::SeqCst), 1);
 }
 
+/// Issue 11 item 2b: a new run under the id of a run the ledger holds (here
+/// a finished run whose `echo` call answered with payroll data) is refused
+/// with a clear error; it is never answered from the old run's rows, and
+/// nothing runs.
 #[tokio::test]
-async fn a_replayed_call_whose_tool_or_arguments_differ_from_its_row_is_refused() {
+async fn i11_2b_a_new_run_under_an_existing_run_id_is_refused_not_answered_from_its_rows() {
     let ledger = Arc::new(MemoryLedger::new());
-    let run_id = RunId::from("mismatch");
+    let echo = ProbeTool::new(
+        "echo",
+        false,
+        Behaviour::Return(ToolResult::text("SECRET-PAYROLL-DATA")),
+    );
+    let first = harness_with(
+        vec![turn(&[probe_call("echo", "x")]), ChatResponse::text("done")],
+        ledger.clone(),
+        vec![echo.clone()],
+        |b| b,
+    );
+    let request = || RunRequest::new("go").with_run_id(RunId::from("payroll"));
+    first.run_with(request(), &EventSink::none()).await.unwrap();
+    assert_eq!(echo.calls.load(Ordering::SeqCst), 1);
+
+    let second = harness_with(
+        vec![turn(&[probe_call("echo", "x")]), ChatResponse::text("done")],
+        ledger.clone(),
+        vec![echo.clone()],
+        |b| b,
+    );
+    let error = second
+        .run_with(request(), &EventSink::none())
+        .await
+        .unwrap_err();
+    assert_eq!(
+        error,
+        TinyAgentsError::State(
+            "run payroll already exists in the effect ledger: a new run needs a new id; resume or recover it instead".into()
+        )
+    );
+    assert_eq!(echo.calls.load(Ordering::SeqCst), 1, "nothing ran again");
+    // An unfinished run's id is refused too.
+    let open = RunId::from("seeded");
     ledger
         .record_started(StartedRow::new(
-            run_id.clone(),
+            open.clone(),
             tinyagents::CallId::new("p1"),
             "add",
             args_hash(&json!({"a": 9, "b": 9})),
@@ -290,33 +327,19 @@ async fn a_replayed_call_whose_tool_or_arguments_differ_from_its_row_is_refused(
         ))
         .await
         .unwrap();
-    let model = vec![
-        ScriptedModel::tool_call("add", json!({"a": 1, "b": 1})),
-        ChatResponse::text("done"),
-    ];
-    let harness = AgentHarness::builder(Arc::new(ScriptedModel::new(model)))
-        .ledger(ledger)
-        .tool(add_tool())
-        .unwrap()
-        .build()
-        .unwrap();
-    let run = harness
-        .run_with(
-            RunRequest::new("go").with_run_id(run_id),
-            &EventSink::none(),
-        )
+    let error = second
+        .run_with(RunRequest::new("go").with_run_id(open), &EventSink::none())
         .await
-        .unwrap();
-    let (_, content, is_error) = &tool_results(&run.messages)[0];
+        .unwrap_err();
     assert!(
-        *is_error
-            && content.starts_with("refused: call p1 of run mismatch was recorded as tool 'add'"),
-        "{content}"
+        matches!(error, TinyAgentsError::State(ref t) if t.starts_with("run seeded already exists")),
+        "{error:?}"
     );
 }
 
 #[tokio::test]
-async fn resuming_the_same_deferred_state_twice_runs_the_approved_call_once() {
+async fn resuming_the_same_deferred_state_twice_runs_the_approved_call_once_and_refuses_the_second()
+{
     let ledger = Arc::new(MemoryLedger::new());
     let pay = ProbeTool::new("pay", false, Behaviour::Yield(0));
     let build = |responses: Vec<ChatResponse>| {
@@ -355,11 +378,10 @@ async fn resuming_the_same_deferred_state_twice_runs_the_approved_call_once() {
             &EventSink::none(),
         )
         .await
-        .unwrap();
-    assert_eq!(
-        tool_results(&again.messages)[0].1,
-        "ok once",
-        "the second resume reads the recorded result"
+        .unwrap_err();
+    assert!(
+        matches!(&again, TinyAgentsError::State(t) if t.ends_with("has finished: this suspended state of it was resumed before, and an approval is used once")),
+        "the ledger records that the state was used: {again:?}"
     );
     assert_eq!(
         pay.calls.load(Ordering::SeqCst),
@@ -420,6 +442,13 @@ struct Caller {
     target: &'static str,
     args: Value,
     wait_ms: Option<u64>,
+    /// The tool its later runs call instead of `target` (a re-run that
+    /// makes a different nested call).
+    then: Option<&'static str>,
+    /// Notified, then never ends, after its first run's nested call: the
+    /// process dies while the parent runs.
+    block_once: Option<Arc<tokio::sync::Notify>>,
+    runs: std::sync::atomic::AtomicUsize,
 }
 
 impl Caller {
@@ -429,6 +458,29 @@ impl Caller {
             target,
             args,
             wait_ms: None,
+            then: None,
+            block_once: None,
+            runs: Default::default(),
+        })
+    }
+
+    /// A replay-safe caller whose first run blocks after its nested call,
+    /// and whose later runs call `then` (or `target` again).
+    fn replayed(
+        target: &'static str,
+        then: Option<&'static str>,
+        args: Value,
+        block_once: Option<Arc<tokio::sync::Notify>>,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            spec: ToolSpec::new("caller", "Calls another tool.", json!({"type": "object"}))
+                .replay(ToolReplay::Safe),
+            target,
+            args,
+            wait_ms: None,
+            then,
+            block_once,
+            runs: Default::default(),
         })
     }
 }
@@ -449,7 +501,12 @@ impl Tool for Caller {
             .and_then(tinytools::ToolRunContext::host_extension)
             .and_then(|any| any.downcast_ref::<ToolExecutionContext>())
             .expect("installed by the agent loop");
-        let call = harness.call_tool(self.target, self.args.clone());
+        let first = self.runs.fetch_add(1, Ordering::SeqCst) == 0;
+        let target = match self.then {
+            Some(then) if !first => then,
+            _ => self.target,
+        };
+        let call = harness.call_tool(target, self.args.clone());
         let answer = match self.wait_ms {
             Some(ms) => {
                 match tokio::time::timeout(std::time::Duration::from_millis(ms), call).await {
@@ -459,6 +516,10 @@ impl Tool for Caller {
             }
             None => call.await,
         };
+        if let (true, Some(started)) = (first, &self.block_once) {
+            started.notify_one();
+            std::future::pending::<()>().await;
+        }
         Ok(match answer {
             Ok(result) => ToolResult::text(format!("nested said {}", result.content)),
             Err(error) => ToolResult::text(format!("nested refused: {error}")),
@@ -648,52 +709,151 @@ async fn nt_20_a_nested_call_dropped_mid_flight_leaves_its_row_started() {
 }
 
 /// rule NT-43: a nested call to a tool that is not replay-safe is refused over
-/// an unresolved row of the same id.
+/// an unresolved row of the same id: recovery re-runs a replay-safe parent
+/// whose nested payment was in doubt when the process died; the payment is
+/// answered "interrupted, outcome unknown" and does not run again.
 #[tokio::test]
 async fn nt_43_a_never_replay_nested_call_over_an_unresolved_row_is_refused() {
     let ledger = Arc::new(MemoryLedger::new());
     let args = json!({"tag": "card"});
-    let started = StartedRow::new(
-        RunId::from("n4"),
-        tinyagents::CallId::new("p1/1"),
-        "pay",
-        args_hash(&args),
-        ToolReplay::Never,
-    );
-    ledger.record_started(started).await.unwrap();
-    let pay = ProbeTool::new("pay", false, Behaviour::Yield(0));
-    let run = run_caller(ledger, vec![pay.clone(), Caller::new("pay", args)], "n4").await;
+    let started = Arc::new(tokio::sync::Notify::new());
+    let pay = ProbeTool::new("pay", false, Behaviour::BlockOnce(started.clone()));
+    let caller = Caller::replayed("pay", None, args, None);
+    let tools: Vec<Arc<dyn Tool>> = vec![pay.clone(), caller];
+    let model = vec![ScriptedModel::tool_call("caller", json!({}))];
+    crash_when(
+        &harness_with(model, ledger.clone(), tools.clone(), |b| b),
+        "n4",
+        &started,
+    )
+    .await;
+    let row = ledger
+        .get(&RunId::from("n4"), &tinyagents::CallId::new("p1/1"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(row.status, CallStatus::Started, "the payment is in doubt");
+
+    let run = harness_with(
+        vec![ChatResponse::text("done")],
+        ledger.clone(),
+        tools,
+        |b| b,
+    )
+    .recover(
+        &RunId::from("n4"),
+        ResumeOptions::default(),
+        &EventSink::none(),
+    )
+    .await
+    .unwrap();
     let content = &tool_results(&run.messages)[0].1;
     assert!(
-        content.contains("interrupted, outcome unknown"),
+        content.starts_with("nested refused:") && content.contains("interrupted, outcome unknown"),
         "{content}"
     );
     assert_eq!(
         pay.calls.load(Ordering::SeqCst),
-        0,
+        1,
         "the payment did not run again"
     );
 }
 
 /// rule NT-44: a replayed nested call whose row settled gets its recorded
-/// result and is not executed again (our ledger reads settled rows).
+/// result and is not executed again: recovery re-runs a replay-safe parent
+/// that died after its nested payment settled.
 #[tokio::test]
 async fn nt_44_a_replayed_nested_call_whose_row_settled_is_answered_from_it() {
     let ledger = Arc::new(MemoryLedger::new());
-    let (run_id, id) = (RunId::from("n5"), tinyagents::CallId::new("p1/1"));
-    let args = json!({"tag": "card"});
-    let started = StartedRow::new(
-        run_id.clone(),
-        id.clone(),
-        "pay",
-        args_hash(&args),
-        ToolReplay::Never,
-    );
-    ledger.record_started(started).await.unwrap();
-    let settled = tinyagents::Outcome::Completed(ToolResult::text("paid earlier"));
-    ledger.record_settled(&run_id, &id, &settled).await.unwrap();
+    let started = Arc::new(tokio::sync::Notify::new());
     let pay = ProbeTool::new("pay", false, Behaviour::Yield(0));
-    let run = run_caller(ledger, vec![pay.clone(), Caller::new("pay", args)], "n5").await;
-    assert_eq!(tool_results(&run.messages)[0].1, "nested said paid earlier");
-    assert_eq!(pay.calls.load(Ordering::SeqCst), 0);
+    let caller = Caller::replayed("pay", None, json!({"tag": "card"}), Some(started.clone()));
+    let tools: Vec<Arc<dyn Tool>> = vec![pay.clone(), caller];
+    let model = vec![ScriptedModel::tool_call("caller", json!({}))];
+    crash_when(
+        &harness_with(model, ledger.clone(), tools.clone(), |b| b),
+        "n5",
+        &started,
+    )
+    .await;
+
+    let run = harness_with(
+        vec![ChatResponse::text("done")],
+        ledger.clone(),
+        tools,
+        |b| b,
+    )
+    .recover(
+        &RunId::from("n5"),
+        ResumeOptions::default(),
+        &EventSink::none(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(tool_results(&run.messages)[0].1, "nested said ok card");
+    assert_eq!(pay.calls.load(Ordering::SeqCst), 1);
+}
+
+/// Issue 11 item 2a: recovery re-runs a replay-safe parent whose first
+/// nested call (`lookup`, settled "balance: 100") it now makes differently
+/// (`wire_money`, same id `p1/1`): the ledger compares identity first, so
+/// the call is refused (Mismatch); `wire_money` never runs and its caller
+/// never reads `lookup`'s result as its answer.
+#[tokio::test]
+async fn i11_2a_a_replayed_parent_making_a_different_nested_call_is_refused_not_answered_from_the_row()
+ {
+    let ledger = Arc::new(MemoryLedger::new());
+    let started = Arc::new(tokio::sync::Notify::new());
+    let lookup = ProbeTool::new(
+        "lookup",
+        false,
+        Behaviour::Return(ToolResult::text("balance: 100")),
+    );
+    let wire = ProbeTool::new("wire_money", false, Behaviour::Yield(0));
+    let caller = Caller::replayed(
+        "lookup",
+        Some("wire_money"),
+        json!({"tag": "acct"}),
+        Some(started.clone()),
+    );
+    let tools: Vec<Arc<dyn Tool>> = vec![lookup.clone(), wire.clone(), caller];
+    let model = vec![ScriptedModel::tool_call("caller", json!({}))];
+    crash_when(
+        &harness_with(model, ledger.clone(), tools.clone(), |b| b),
+        "n6",
+        &started,
+    )
+    .await;
+
+    let run = harness_with(
+        vec![ChatResponse::text("done")],
+        ledger.clone(),
+        tools,
+        |b| b,
+    )
+    .recover(
+        &RunId::from("n6"),
+        ResumeOptions::default(),
+        &EventSink::none(),
+    )
+    .await
+    .unwrap();
+    let content = &tool_results(&run.messages)[0].1;
+    assert!(
+        content.starts_with("nested refused:")
+            && content.contains("p1/1")
+            && !content.contains("balance"),
+        "{content}"
+    );
+    assert_eq!(wire.calls.load(Ordering::SeqCst), 0);
+    assert_eq!(lookup.calls.load(Ordering::SeqCst), 1);
+    let row = ledger
+        .get(&RunId::from("n6"), &tinyagents::CallId::new("p1/1"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (row.tool_name.as_str(), row.status),
+        ("lookup", CallStatus::Completed)
+    );
 }

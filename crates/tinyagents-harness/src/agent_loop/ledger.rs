@@ -87,6 +87,28 @@ impl<'h> Run<'h> {
 }
 
 impl AgentHarness {
+    /// Claims a new run's id in the ledger: an id the ledger already holds
+    /// (another run's, finished or not) is refused, so a new run is never
+    /// answered from an old run's rows. A ledger that cannot answer refuses
+    /// the run under `LedgerFailure::Abort`.
+    pub(crate) async fn claim_run(&self, run_id: &RunId) -> Result<(), TinyAgentsError> {
+        let Some(ledger) = &self.ledger else {
+            return Ok(());
+        };
+        match guarded("begin_run", ledger.begin_run(run_id)).await {
+            Ok(()) => Ok(()),
+            Err(exists @ LedgerError::RunExists { .. }) => {
+                Err(TinyAgentsError::State(exists.to_string()))
+            }
+            Err(failure) => match self.ledger_failure {
+                LedgerFailure::Abort => Err(TinyAgentsError::State(format!(
+                    "the effect ledger could not claim run {run_id}, so it was not started: {failure}"
+                ))),
+                LedgerFailure::Continue => Ok(()),
+            },
+        }
+    }
+
     /// Writes one call's started row and interprets the ledger's answer.
     pub(crate) async fn start_row(
         &self,
@@ -103,7 +125,7 @@ impl AgentHarness {
             ctx.run_id.clone(),
             call.id.clone(),
             call.name.clone(),
-            hash,
+            hash.clone(),
             spec.replay,
         );
         let error = match guarded("record_started", ledger.record_started(row)).await {
@@ -112,14 +134,27 @@ impl AgentHarness {
         };
         match error {
             // A settled call is answered from its row, also in a run that
-            // has since finished (a deferred state resumed twice).
+            // has since finished; only the same call (tool and arguments)
+            // is, whatever the backend answered.
             settled @ (LedgerError::AlreadySettled { .. } | LedgerError::RunFinished { .. }) => {
                 match guarded("get", ledger.get(&ctx.run_id, &call.id)).await {
-                    Ok(Some(row)) => match row.result {
-                        Some(stored) => Start::Recorded(stored.to_tool_result()),
-                        None => Start::Refused(format!("refused: {settled}")),
-                    },
-                    Ok(None) => Start::Refused(format!("refused: {settled}")),
+                    Ok(Some(row))
+                        if row.status.is_settled()
+                            && row.tool_name == call.name
+                            && row.args_hash == hash =>
+                    {
+                        match row.result {
+                            Some(stored) => Start::Recorded(stored.to_tool_result()),
+                            None => Start::Refused(format!("refused: {settled}")),
+                        }
+                    }
+                    Ok(Some(row)) if row.tool_name != call.name || row.args_hash != hash => {
+                        Start::Refused(format!(
+                            "refused: call {} of run {} was recorded for another call (tool '{}'), so it was not run",
+                            call.id, ctx.run_id, row.tool_name
+                        ))
+                    }
+                    Ok(_) => Start::Refused(format!("refused: {settled}")),
                     Err(read) => Start::Refused(format!(
                         "refused: {settled}; its recorded result could not be read: {read}"
                     )),

@@ -95,6 +95,9 @@ impl AgentHarness {
             });
             return report_failure(events, refused).await;
         }
+        if let Err(refused) = self.claim_run(&ctx.run_id).await {
+            return report_failure(events, Err(refused)).await;
+        }
         let mut run = self.open(ctx, state, events);
         let span = tracing::info_span!(
             "invoke_agent",

@@ -7,6 +7,7 @@
 //! and the budget; only the approval it waited for is answered, once.
 
 use tinyagents_core::{RunStatus, TinyAgentsError, ToolCall, args_hash};
+use tinyagents_ledger::RunState;
 use tinytools::prepare_arguments;
 
 use super::Run;
@@ -208,6 +209,16 @@ impl AgentHarness {
         let Some(ledger) = &self.ledger else {
             return Ok(());
         };
+        let run = &suspended.run_id;
+        let state = ledger
+            .run_state(run)
+            .await
+            .map_err(|e| TinyAgentsError::State(e.to_string()))?;
+        if state == RunState::Finished {
+            return Err(TinyAgentsError::State(format!(
+                "run {run} has finished: this suspended state of it was resumed before, and an approval is used once"
+            )));
+        }
         let Some(checkpoint) = self.load_saved(ledger.as_ref(), &suspended.run_id).await? else {
             return Ok(());
         };

@@ -200,8 +200,11 @@ impl AgentHarness {
                 redaction.result(&mut stored);
                 Outcome::Completed(stored)
             }
-            // It runs once approved: its row stays started.
-            Err(TinyAgentsError::ApprovalRequired { .. }) => return,
+            // It did not act: it waits for a person, and runs once
+            // approved (the ledger lets a deferred row start again).
+            Err(TinyAgentsError::ApprovalRequired { reason, .. }) => {
+                Outcome::Deferred(redaction.text(reason.clone()))
+            }
             Err(error) => Outcome::Failed(redaction.text(error.to_string())),
         };
         self.settle_row(ctx, events, call_id, settled).await;
