@@ -113,6 +113,29 @@ pub fn assert_transcript_paired(messages: &[Message]) {
     assert_eq!(expected, sorted, "calls and results do not pair");
 }
 
+/// The transcript's answer to the call `id`: (content, is_error).
+pub fn call_answer(messages: &[Message], id: &str) -> Option<(String, bool)> {
+    messages.iter().find_map(|m| match m {
+        Message::Tool {
+            call_id,
+            content,
+            is_error,
+            ..
+        } if call_id.as_str() == id => Some((content.clone(), *is_error)),
+        _ => None,
+    })
+}
+
+/// The error of the `ToolFailed` event of the call `id`, if it failed.
+pub fn call_failure(events: &[AgentEvent], id: &str) -> Option<String> {
+    events.iter().find_map(|e| match e {
+        AgentEvent::ToolFailed { call_id, error, .. } if call_id.as_str() == id => {
+            Some(error.clone())
+        }
+        _ => None,
+    })
+}
+
 /// The tool results in the transcript, in order: (name, content, is_error).
 pub fn tool_results(messages: &[Message]) -> Vec<(String, String, bool)> {
     messages

@@ -311,25 +311,12 @@ pub(crate) async fn run(
 
 /// The error of the `ToolFailed` of `id`, if it failed.
 pub(crate) fn failed_error(events: &[AgentEvent], id: &str) -> Option<String> {
-    events.iter().find_map(|e| match e {
-        AgentEvent::ToolFailed { call_id, error, .. } if call_id.as_str() == id => {
-            Some(error.clone())
-        }
-        _ => None,
-    })
+    tinyagents_tests::call_failure(events, id)
 }
 
 /// The transcript's answer to the model-issued call `id`: (content, is_error).
 pub(crate) fn answer(run: &AgentRun, id: &str) -> Option<(String, bool)> {
-    run.messages.iter().find_map(|m| match m {
-        Message::Tool {
-            call_id,
-            content,
-            is_error,
-            ..
-        } if call_id.as_str() == id => Some((content.clone(), *is_error)),
-        _ => None,
-    })
+    tinyagents_tests::call_answer(&run.messages, id)
 }
 
 /// Asserts that the stream ends with exactly one run-terminal event

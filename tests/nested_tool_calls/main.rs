@@ -436,17 +436,7 @@ fn entry(run: &AgentRun, parent: &str, id: &str) -> Value {
 
 /// The transcript's result of the model-issued call `id`: (content, is_error).
 fn answer(run: &AgentRun, id: &str) -> (String, bool) {
-    run.messages
-        .iter()
-        .find_map(|m| match m {
-            Message::Tool {
-                call_id,
-                content,
-                is_error,
-                ..
-            } if call_id.as_str() == id => Some((content.clone(), *is_error)),
-            _ => None,
-        })
+    tinyagents_tests::call_answer(&run.messages, id)
         .unwrap_or_else(|| panic!("{id} has no result in the transcript"))
 }
 

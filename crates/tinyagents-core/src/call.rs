@@ -3,6 +3,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::depth::{MAX_ARGUMENT_DEPTH, nests_deeper_than};
 use crate::ids::CallId;
 
 /// One call of a tool, issued by the model or nested inside another tool.
@@ -16,12 +17,14 @@ pub struct ToolCall {
     pub provider_id: Option<String>,
     /// The tool's name as the model wrote it.
     pub name: String,
-    /// The arguments. `Value::Null` when the model's text was not JSON (see
-    /// [`ToolCall::raw_arguments`]).
+    /// The arguments. `Value::Null` when the model's text was not JSON or
+    /// nested too deep (see [`ToolCall::raw_arguments`]).
     pub arguments: Value,
     /// The model's argument text, kept only when it was not valid JSON, so
     /// nothing is lost (the error sent back counts its bytes and does not
-    /// quote it).
+    /// quote it), or when it nested deeper than
+    /// [`MAX_ARGUMENT_DEPTH`](crate::MAX_ARGUMENT_DEPTH) (see
+    /// [`ToolCall::confine_deep_arguments`]; admission refuses it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub raw_arguments: Option<String>,
 }
@@ -36,6 +39,23 @@ impl ToolCall {
             arguments,
             raw_arguments: None,
         }
+    }
+
+    /// The call with arguments that nest deeper than
+    /// [`MAX_ARGUMENT_DEPTH`] moved into [`raw_arguments`] as compact JSON
+    /// text (`arguments` become `Null`): a form that adds no nesting to the
+    /// transcript, checkpoint, suspended run or session that keeps the
+    /// call, so they always read back, and that admission refuses with an
+    /// error naming the depth. Other calls are returned as they are, after
+    /// a check that stops at the bound.
+    ///
+    /// [`raw_arguments`]: ToolCall::raw_arguments
+    #[must_use]
+    pub fn confine_deep_arguments(mut self) -> Self {
+        if self.raw_arguments.is_none() && nests_deeper_than(&self.arguments, MAX_ARGUMENT_DEPTH) {
+            self.raw_arguments = Some(self.arguments.take().to_string());
+        }
+        self
     }
 }
 

@@ -12,6 +12,7 @@
 
 mod call;
 mod context;
+mod depth;
 mod error;
 mod event;
 mod extensions;
@@ -25,6 +26,7 @@ mod tracker;
 
 pub use call::{ModelToolCall, ToolCall, ToolControl, ToolReplay, ToolResult};
 pub use context::{PayloadCapture, RunContext, State};
+pub use depth::{MAX_ARGUMENT_DEPTH, nesting, nests_deeper_than, text_nesting};
 pub use error::TinyAgentsError;
 pub use event::{AgentEvent, RunStatus};
 pub use extensions::{Approvals, Extensions};

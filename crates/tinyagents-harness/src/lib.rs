@@ -32,6 +32,7 @@ mod events;
 mod handle;
 mod harness;
 mod run;
+mod seal;
 mod tool;
 
 pub use agent_loop::ResumeOptions;
@@ -42,4 +43,5 @@ pub use run::{
     AgentRun, ApprovalDecision, PendingCall, RunRequest, SUSPENDED_RUN_FORMAT, SuspendedRun,
     TurnEntry,
 };
+pub use seal::{SEAL_KEY_MIN_BYTES, SEALED_RUN_FORMAT, SealedRun};
 pub use tool::ToolExecutionContext;

@@ -144,6 +144,10 @@ pub enum TurnEntry {
 
 /// A run suspended for approval, as the host keeps it (serialises with
 /// serde; carries a format version and is refused when it does not match).
+/// It always reads back with plain serde: arguments deeper than
+/// [`MAX_ARGUMENT_DEPTH`](tinyagents_core::MAX_ARGUMENT_DEPTH) never reach
+/// it as a value. Kept outside the host's trust boundary, it should be
+/// sealed ([`SuspendedRun::seal`], [`SealedRun`](crate::SealedRun)).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SuspendedRun {
     /// [`SUSPENDED_RUN_FORMAT`] when written.

@@ -3,7 +3,9 @@
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
-use tinyagents_core::{TinyAgentsError, ToolCall};
+use tinyagents_core::{
+    MAX_ARGUMENT_DEPTH, TinyAgentsError, ToolCall, nesting, nests_deeper_than, text_nesting,
+};
 
 use crate::registry::RegisteredTool;
 
@@ -61,6 +63,20 @@ pub enum ArgumentError {
         /// (for example `"integer"`, or `property "b"` for `required`).
         expected: String,
     },
+    /// The arguments nest deeper than [`MAX_ARGUMENT_DEPTH`]: every
+    /// persisted form of the call (transcript, checkpoint, suspended run,
+    /// session) must read back under serde_json's recursion limit. The
+    /// model gets this as the call's result; even
+    /// [`InvalidArgsPolicy::Fail`] does not end the run over it.
+    #[error("arguments for tool '{tool}' nest {depth} levels; at most {max} are accepted")]
+    TooDeep {
+        /// The tool.
+        tool: String,
+        /// How many levels the arguments nest.
+        depth: usize,
+        /// The most that are accepted ([`MAX_ARGUMENT_DEPTH`]).
+        max: usize,
+    },
     /// The tool needs an argument the host did not supply.
     #[error("tool '{tool}' needs the host to inject '{key}', and the host supplied no value")]
     MissingInjected {
@@ -69,6 +85,15 @@ pub enum ArgumentError {
         /// The argument.
         key: String,
     },
+}
+
+impl ArgumentError {
+    /// Whether `policy` ends a model-issued call's run over this error:
+    /// only [`InvalidArgsPolicy::Fail`] does, and never over arguments
+    /// that are too deep, which always go back to the model.
+    pub fn ends_run_under(&self, policy: InvalidArgsPolicy) -> bool {
+        policy == InvalidArgsPolicy::Fail && !matches!(self, Self::TooDeep { .. })
+    }
 }
 
 fn display_path(path: &str) -> &str {
@@ -84,11 +109,13 @@ impl From<ArgumentError> for TinyAgentsError {
                 path,
                 message,
             },
-            ArgumentError::NotJson { tool, .. } => TinyAgentsError::InvalidArguments {
-                tool,
-                path: String::new(),
-                message,
-            },
+            ArgumentError::NotJson { tool, .. } | ArgumentError::TooDeep { tool, .. } => {
+                TinyAgentsError::InvalidArguments {
+                    tool,
+                    path: String::new(),
+                    message,
+                }
+            }
             ArgumentError::MissingInjected { tool, .. } => {
                 TinyAgentsError::tool_failed(tool, message)
             }
@@ -133,22 +160,8 @@ pub fn prepare_owned_arguments(
     let tool = &entry.spec().name;
     let mut args = match raw {
         None if arguments.is_null() => Value::Object(Map::new()),
-        None => arguments,
-        Some(raw) => match (policy, parse_fenced(raw)) {
-            (InvalidArgsPolicy::NormalizeThenReturn, Some(parsed)) => parsed,
-            _ => {
-                // serde_json's syntax errors name what was expected and
-                // where (line, column), never the text they read.
-                let detail = serde_json::from_str::<Value>(raw)
-                    .err()
-                    .map_or_else(|| "not an object".to_owned(), |e| e.to_string());
-                return Err(ArgumentError::NotJson {
-                    tool: tool.clone(),
-                    received_bytes: raw.len(),
-                    detail,
-                });
-            }
-        },
+        None => within_depth(tool, arguments)?,
+        Some(raw) => from_text(tool, raw, policy)?,
     };
     inject(entry, &mut args, injected)?;
     let Err(first) = entry.validate(&args) else {
@@ -158,12 +171,58 @@ pub fn prepare_owned_arguments(
         return Err(first);
     }
     match normalize(entry, &args) {
-        Some(mut fixed) => {
+        Some(fixed) => {
+            // Unwrapping text may have made deeper arguments than were sent.
+            let mut fixed = within_depth(tool, fixed)?;
             inject(entry, &mut fixed, injected)?;
             entry.validate(&fixed).map(|()| fixed).map_err(|_| first)
         }
         None => Err(first),
     }
+}
+
+/// The arguments of a call kept as text: text that was not JSON, or that
+/// nested too deep to keep as a value. Text nesting deeper than
+/// [`MAX_ARGUMENT_DEPTH`] is refused as too deep (whether or not it
+/// parses), not as malformed; other text is parsed out of a markdown fence
+/// under [`InvalidArgsPolicy::NormalizeThenReturn`], or refused as not JSON.
+fn from_text(tool: &str, raw: &str, policy: InvalidArgsPolicy) -> Result<Value, ArgumentError> {
+    let depth = text_nesting(raw);
+    if depth > MAX_ARGUMENT_DEPTH {
+        return Err(ArgumentError::TooDeep {
+            tool: tool.to_owned(),
+            depth,
+            max: MAX_ARGUMENT_DEPTH,
+        });
+    }
+    match (policy, parse_fenced(raw)) {
+        (InvalidArgsPolicy::NormalizeThenReturn, Some(parsed)) => Ok(parsed),
+        _ => {
+            // serde_json's syntax errors name what was expected and where
+            // (line, column), never the text they read.
+            let detail = serde_json::from_str::<Value>(raw)
+                .err()
+                .map_or_else(|| "not an object".to_owned(), |e| e.to_string());
+            Err(ArgumentError::NotJson {
+                tool: tool.to_owned(),
+                received_bytes: raw.len(),
+                detail,
+            })
+        }
+    }
+}
+
+/// `arguments`, or [`ArgumentError::TooDeep`] when they nest deeper than
+/// [`MAX_ARGUMENT_DEPTH`] (a check that stops at the bound).
+fn within_depth(tool: &str, arguments: Value) -> Result<Value, ArgumentError> {
+    if nests_deeper_than(&arguments, MAX_ARGUMENT_DEPTH) {
+        return Err(ArgumentError::TooDeep {
+            tool: tool.to_owned(),
+            depth: nesting(&arguments),
+            max: MAX_ARGUMENT_DEPTH,
+        });
+    }
+    Ok(arguments)
 }
 
 fn inject(

@@ -81,7 +81,8 @@ impl<'h> Run<'h> {
             .tool_calls
             .into_iter()
             .zip(first..)
-            .map(|(call, index)| call.into_call(CallId::model(index)))
+            // Arguments too deep to persist stay as text and are refused.
+            .map(|(call, n)| call.into_call(CallId::model(n)).confine_deep_arguments())
             .collect();
         // The transcript keeps the calls as the model wrote them, with every
         // middleware's redaction applied (arguments and any raw text); the

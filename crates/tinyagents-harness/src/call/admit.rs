@@ -28,7 +28,7 @@ use tinyagents_core::{
     ToolResult,
 };
 use tinyagents_middleware::{ToolCallRequest, ToolVerdict};
-use tinytools::{InvalidArgsPolicy, RegisteredTool, prepare_arguments, prepare_owned_arguments};
+use tinytools::{RegisteredTool, prepare_arguments, prepare_owned_arguments};
 
 use super::contain::contain;
 use super::emit::ToolEvents;
@@ -361,9 +361,7 @@ impl AgentHarness {
                         a.call.raw_arguments = None;
                         Ok(())
                     }
-                    Err(error)
-                        if self.invalid_args == InvalidArgsPolicy::Fail && !scope.is_nested() =>
-                    {
+                    Err(error) if error.ends_run_under(self.invalid_args) && !scope.is_nested() => {
                         Err(Stop::Fatal(error.into()))
                     }
                     Err(error) => Err(Stop::Refuse(error.into())),
