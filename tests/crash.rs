@@ -121,6 +121,9 @@ fn crash_child() {
         let ledger = SqliteLedger::open_with(dir.join("ledger.db"), options)
             .await
             .unwrap();
+        if point == "during_resume" {
+            return pay_in_a_resume(&dir, ledger).await;
+        }
         let stall = match point.as_str() {
             "after_effect" => Some("pay"),
             "after_settled" => Some("check"),
@@ -139,6 +142,47 @@ fn crash_child() {
             )
             .await;
     });
+}
+
+/// The child of `during_resume`: the payment waits for a person; the
+/// suspended state is stored; the resume with the approval pays and stalls
+/// there, to be killed.
+async fn pay_in_a_resume(dir: &Path, ledger: SqliteLedger) {
+    use tinyagents::HumanApprovalMiddleware;
+    let ledger: Arc<dyn EffectLedger> = Arc::new(ledger);
+    let approving = |model: ScriptedModel| {
+        let mut builder = AgentHarness::builder(Arc::new(model))
+            .ledger(Arc::clone(&ledger))
+            .middleware(Arc::new(HumanApprovalMiddleware::new().require("pay")));
+        for tool in tools(dir, Some("pay")) {
+            builder.register(tool).unwrap();
+        }
+        builder.build().unwrap()
+    };
+    let first = approving(ScriptedModel::new([ScriptedModel::tool_call(
+        "pay",
+        json!({"amount": 10}),
+    )]));
+    let run = first
+        .run_with(
+            RunRequest::new("pay").with_run_id(RunId::from(RUN)),
+            &EventSink::none(),
+        )
+        .await
+        .unwrap();
+    let suspended = run.suspended.expect("the payment waits for a person");
+    let text = serde_json::to_string(&suspended).unwrap();
+    std::fs::write(dir.join("suspended.json"), text).unwrap();
+    let decisions: Vec<_> = suspended.pending().map(|p| p.approve()).collect();
+    let second = approving(ScriptedModel::new([ChatResponse::text("unreachable")]));
+    let _ = second
+        .resume(
+            suspended,
+            &decisions,
+            ResumeOptions::default(),
+            &EventSink::none(),
+        )
+        .await;
 }
 
 /// Runs the child until it reaches `point`, then kills it with SIGKILL.
@@ -211,11 +255,24 @@ async fn killed_before_the_started_row_is_durable_nothing_started_and_nothing_ha
         0,
         "the tool never ran: its start was not acknowledged"
     );
-    let error = recover(dir.path(), ledger, Vec::new()).await.unwrap_err();
-    assert_eq!(
-        error,
-        TinyAgentsError::State(format!("run {RUN} has no checkpoint to recover from"))
-    );
+    // The run's claim and its checkpoint ride on commits: the last one may
+    // or may not have committed before the kill. Either there is nothing to
+    // recover, or recovery runs the payment for the first time, once.
+    let answers = vec![
+        ChatResponse::text("paid now"),
+        ChatResponse::text("done"),
+        ChatResponse::text("done"),
+    ];
+    match recover(dir.path(), ledger, answers).await {
+        Err(error) => assert_eq!(
+            error,
+            TinyAgentsError::State(format!("run {RUN} has no checkpoint to recover from"))
+        ),
+        Ok(run) => {
+            tinyagents_tests::assert_transcript_paired(&run.messages);
+            assert_eq!(effects(dir.path()), 1, "never started, so run once now");
+        }
+    }
 }
 
 #[tokio::test]
@@ -313,4 +370,56 @@ async fn killed_after_the_settled_row_the_call_is_answered_from_its_row() {
             ("p2".to_owned(), CallStatus::Completed)
         ]
     );
+}
+
+/// Issue 11: killed during a resume, after the approved payment acted: a
+/// new process recovers the run; the payment ran once, its row says it was
+/// interrupted with its outcome unknown, and resuming the stored state
+/// again is refused.
+#[tokio::test]
+async fn killed_during_a_resume_the_approved_call_ran_at_most_once_and_its_row_says_so() {
+    let dir = crash_at("during_resume");
+    let ledger = reopen(dir.path()).await;
+    assert_eq!(
+        statuses(&ledger).await,
+        [("p1".to_owned(), CallStatus::Started)]
+    );
+    assert_eq!(effects(dir.path()), 1);
+    let run = recover(
+        dir.path(),
+        ledger.clone(),
+        vec![ChatResponse::text("told the user")],
+    )
+    .await
+    .unwrap();
+    let results = tinyagents_tests::tool_results(&run.messages);
+    assert!(
+        results[0].1.starts_with("interrupted, outcome unknown"),
+        "{results:?}"
+    );
+    assert_eq!(
+        statuses(&ledger).await,
+        [("p1".to_owned(), CallStatus::Interrupted)]
+    );
+    let stored = std::fs::read_to_string(dir.path().join("suspended.json")).unwrap();
+    let suspended: tinyagents::SuspendedRun = serde_json::from_str(&stored).unwrap();
+    let decisions: Vec<_> = suspended.pending().map(|p| p.approve()).collect();
+    let again = harness(
+        ScriptedModel::new([ChatResponse::text("paid again?")]),
+        ledger.clone(),
+        tools(dir.path(), None),
+    )
+    .resume(
+        suspended,
+        &decisions,
+        ResumeOptions::default(),
+        &EventSink::none(),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(&again, TinyAgentsError::State(t) if t.contains("has finished")),
+        "{again:?}"
+    );
+    assert_eq!(effects(dir.path()), 1, "the payment happened exactly once");
 }

@@ -45,7 +45,7 @@ pub use tinyagents_harness::*;
 #[doc(inline)]
 pub use tinyagents_ledger::{
     CallStatus, Checkpoint, EffectLedger, LedgerError, LedgerFailure, LedgerRow, MemoryLedger,
-    Outcome, PruneReport, SqliteLedger, SqliteOptions, StartedRow, StoredResult,
+    Outcome, PruneReport, RunState, SqliteLedger, SqliteOptions, StartedRow, StoredResult,
 };
 #[doc(inline)]
 pub use tinyagents_middleware::*;
