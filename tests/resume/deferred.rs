@@ -16,6 +16,8 @@ use super::*;
 struct World {
     executions: Arc<AtomicUsize>,
     effects: Arc<AtomicUsize>,
+    /// How many of its first executions ask (one when zero).
+    asks: usize,
 }
 
 impl World {
@@ -27,7 +29,7 @@ impl World {
             move |_: serde_json::Map<String, Value>| {
                 let world = world.clone();
                 async move {
-                    if world.executions.fetch_add(1, Ordering::SeqCst) == 0 {
+                    if world.executions.fetch_add(1, Ordering::SeqCst) < world.asks.max(1) {
                         return Err(anyhow::Error::new(TinyAgentsError::ApprovalRequired {
                             tool: "wire".into(),
                             reason: "a second pair of eyes".into(),
@@ -126,6 +128,37 @@ async fn i11_3_an_approval_asked_while_running_is_honoured_once_after_a_restart(
     assert_eq!(
         row_status(ledger.as_ref(), &run_id).await,
         (CallStatus::Completed, 2)
+    );
+    assert_eq!(world.effects.load(Ordering::SeqCst), 1);
+}
+
+/// Issue 11 items 3 and 4d, without a ledger: a call approved on resume
+/// that asks again while it runs (it did not act) may be approved again;
+/// the second approval runs it once, and resuming that state again does
+/// not run it twice.
+#[tokio::test]
+async fn i11_3_a_call_that_asks_again_after_its_approval_can_be_approved_again_and_runs_once() {
+    let world = World {
+        asks: 2,
+        ..World::default()
+    };
+    let harness = build(
+        &script(vec![wire_turn(), done(), done()]),
+        &[world.wire()],
+        |b| b,
+    );
+    let first = through_json(&harness.run("go").await.unwrap());
+    let decisions = approve_all(&first);
+    let second = through_json(&resume(&harness, first, &decisions).await.unwrap());
+    assert_eq!(world.executions.load(Ordering::SeqCst), 2);
+    let decisions = approve_all(&second);
+    let run = resume(&harness, second.clone(), &decisions).await.unwrap();
+    assert_eq!(tool_results(&run.messages)[0].1, "wired");
+    let again = resume(&harness, second, &decisions).await.unwrap();
+    assert!(
+        tool_results(&again.messages)[0]
+            .1
+            .contains("already ran under this approval")
     );
     assert_eq!(world.effects.load(Ordering::SeqCst), 1);
 }

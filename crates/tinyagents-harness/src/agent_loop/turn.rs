@@ -305,6 +305,12 @@ impl<'h> Run<'h> {
         {
             Settlement::Answered { result, error } => (result, error),
             Settlement::Deferred(reason) => {
+                // It asked for a person while it ran and did not act: an
+                // approval it ran under was not used.
+                if self.harness.ledger.is_none() {
+                    let key = (self.ctx.run_id.clone(), call.id.clone());
+                    self.harness.approvals_used.lock().remove(&key);
+                }
                 let call = self.with_arguments(call);
                 let run_id = self.ctx.run_id.clone();
                 Self::fold_pending(
