@@ -4,6 +4,8 @@
 //! summarizer) whose sessions live in SQLite and continue after a restart.
 #![allow(missing_docs, clippy::unwrap_used, clippy::expect_used)]
 
+mod append_conflicts;
+mod appends;
 mod beyond_spec;
 mod caching;
 mod conversations;
@@ -26,9 +28,10 @@ use tinyagents::{
     CatalogError, ChatRequest, ChatRole, Compaction, ContextKind, ContextProvider,
     ContextProviderFactory, EffectLedger, HostTools, InMemorySessionStore, MemoryLedger,
     ModelError, ModelFactory, ModelOptions, ModelRegistry, OmitReason, RunContext, RunError, RunId,
-    SESSION_PROPERTY, SessionId, SessionScope, SessionStore, SideEffects, SqliteSessionStore,
-    State, ToolPolicy, ToolReplay, Viewer, WorkspaceReadTool, child_run_id, child_session_id,
-    normalize_function_name, parent_of_child_run,
+    SESSION_PROPERTY, SESSION_SCHEMA_VERSION, SessionError, SessionId, SessionRecord, SessionScope,
+    SessionStamp, SessionStore, SideEffects, SqliteSessionStore, State, ToolPolicy, ToolReplay,
+    Viewer, WorkspaceReadTool, child_run_id, child_session_id, normalize_function_name,
+    parent_of_child_run,
 };
 use tinyagents_tests::{Behaviour, ProbeTool};
 use tokio::sync::Notify;

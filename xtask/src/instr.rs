@@ -14,6 +14,13 @@
 //! inside a model call that never answers and exits holding them; memcheck's
 //! "in use at exit" difference divided by `n` is what one idle run holds.
 //! It runs under memcheck only.
+//!
+//! The delegation workloads (`delegate`, `session`, `session-sqlite`) are
+//! the orchestrator's delegation bench (`delegation --instr <workload>
+//! <n>`): `n` delegated calls of a parent agent, without a session or in
+//! one session whose child conversation grows by two messages a call. The
+//! session workloads run at 50 and 400 calls, and the ratio of the two is
+//! the check that a call's cost does not grow with the conversation.
 
 use std::env;
 use std::ffi::OsString;
@@ -37,10 +44,31 @@ struct Workload {
     n: u64,
 }
 
+/// A bench binary the workloads run in: (package, bench target).
+type BenchTarget = (&'static str, &'static str);
+
+/// The agent-loop bench of the harness.
+const AGENT_LOOP: BenchTarget = ("tinyagents-harness", "agent_loop");
+
+/// The orchestrator's delegation bench.
+const DELEGATION: BenchTarget = ("tinyagents-orchestrator", "delegation");
+
+/// The workloads of the delegation bench; the others are the agent loop's.
+const DELEGATION_WORKLOADS: [&str; 3] = ["delegate", "session", "session-sqlite"];
+
 impl Workload {
     /// Whether it is measured for memory held (memcheck only), not per call.
     fn is_memory(&self) -> bool {
         MEMORY.contains(&self.name.as_str())
+    }
+
+    /// The bench binary that runs it.
+    fn bench(&self) -> BenchTarget {
+        if DELEGATION_WORKLOADS.contains(&self.name.as_str()) {
+            DELEGATION
+        } else {
+            AGENT_LOOP
+        }
     }
 
     fn label(&self) -> String {
@@ -55,7 +83,7 @@ impl Workload {
 }
 
 /// The default rows: the floor first, then the loop's workloads, then the
-/// memory workload.
+/// delegation workloads, then the memory workload.
 fn default_workloads() -> Vec<Workload> {
     [
         ("floor", 1000),
@@ -64,6 +92,11 @@ fn default_workloads() -> Vec<Workload> {
         ("par", 1000),
         ("nested", 1000),
         ("stack", 400),
+        ("delegate", 400),
+        ("session", 50),
+        ("session", 400),
+        ("session-sqlite", 50),
+        ("session-sqlite", 400),
         ("parked", 1000),
     ]
     .into_iter()
@@ -74,7 +107,7 @@ fn default_workloads() -> Vec<Workload> {
     .collect()
 }
 
-const KNOWN: [&str; 7] = [
+const KNOWN: [&str; 10] = [
     "floor",
     "floor-registry",
     "seq",
@@ -82,6 +115,9 @@ const KNOWN: [&str; 7] = [
     "nested",
     "stack",
     "parked",
+    "delegate",
+    "session",
+    "session-sqlite",
 ];
 
 /// The workloads measured for the memory they hold, under memcheck only.
@@ -118,7 +154,7 @@ fn parse_args(args: &[String]) -> Result<(Vec<Workload>, u32), String> {
 }
 
 /// Parses `WORKLOAD[=N]...`; the floor is measured whenever an instruction
-/// workload is (the per-call table compares with it).
+/// workload of the agent loop is (the per-call table compares with it).
 fn parse_workloads(args: &[String]) -> Result<Vec<Workload>, String> {
     if args.is_empty() {
         return Ok(default_workloads());
@@ -151,7 +187,9 @@ fn parse_workloads(args: &[String]) -> Result<Vec<Workload>, String> {
             n: n.unwrap_or(default),
         });
     }
-    let per_call = picked.iter().any(|w| !w.is_memory());
+    let per_call = picked
+        .iter()
+        .any(|w| !w.is_memory() && w.bench() == AGENT_LOOP);
     if per_call && !picked.iter().any(|w| w.name == "floor") {
         picked.insert(0, default_workloads().remove(0));
     }
@@ -192,14 +230,14 @@ fn valgrind_version() -> Result<String, String> {
     }
 }
 
-/// Builds the agent-loop bench (release profile) and returns its path.
-fn build_bench() -> Result<PathBuf, String> {
+/// Builds a bench binary (release profile) and returns its path.
+fn build_bench((package, name): BenchTarget) -> Result<PathBuf, String> {
     let args = [
         "bench",
         "-p",
-        "tinyagents-harness",
+        package,
         "--bench",
-        "agent_loop",
+        name,
         "--no-run",
         "--message-format=json-render-diagnostics",
     ];
@@ -210,19 +248,20 @@ fn build_bench() -> Result<PathBuf, String> {
         .output()
         .map_err(|e| format!("cargo could not start: {e}"))?;
     if !out.status.success() {
-        return Err(format!("building the bench failed ({})", out.status));
+        return Err(format!("building the bench {name} failed ({})", out.status));
     }
     let stdout = String::from_utf8_lossy(&out.stdout);
+    let target = format!(r#""name":"{name}""#);
     stdout
         .lines()
         .filter(|line| {
             line.contains(r#""reason":"compiler-artifact""#)
                 && line.contains(r#""kind":["bench"]"#)
-                && line.contains(r#""name":"agent_loop""#)
+                && line.contains(&target)
         })
         .find_map(|line| json_string_field(line, "executable"))
         .map(PathBuf::from)
-        .ok_or_else(|| "cargo built the bench but did not report its executable".to_owned())
+        .ok_or_else(|| format!("cargo built the bench {name} but did not report its executable"))
 }
 
 /// The value of `"field":"..."` in one line of cargo's JSON (paths only
@@ -270,6 +309,8 @@ struct Counts {
 
 /// One valgrind run: a workload at one size under one tool.
 struct Job {
+    /// The bench binary that runs the workload.
+    bench: PathBuf,
     workload: String,
     n: u64,
     counter: Counter,
@@ -290,7 +331,7 @@ impl Job {
 
     /// Runs valgrind and reads the counts it wrote: instructions and those
     /// spent inside the allocator, or allocations and what was held at exit.
-    fn run(&self, bench: &Path, dir: &Path) -> Result<Counts, String> {
+    fn run(&self, dir: &Path) -> Result<Counts, String> {
         let out_file = self.output(dir);
         let mut cmd = Command::new(valgrind_program());
         match self.counter {
@@ -304,7 +345,7 @@ impl Job {
                     .arg(format!("--log-file={}", out_file.display()));
             }
         }
-        cmd.arg(bench)
+        cmd.arg(&self.bench)
             .args(["--instr", &self.workload, &self.n.to_string()]);
         let out = cmd
             .stdin(Stdio::null())
@@ -493,7 +534,7 @@ struct Row {
 type JobResult = Result<Counts, String>;
 
 /// Runs the jobs on `workers` threads; the counts come back in job order.
-fn run_jobs(jobs: &[Job], bench: &Path, dir: &Path, workers: usize) -> Vec<JobResult> {
+fn run_jobs(jobs: &[Job], dir: &Path, workers: usize) -> Vec<JobResult> {
     let next = AtomicUsize::new(0);
     let results: Mutex<Vec<Option<JobResult>>> = Mutex::new(jobs.iter().map(|_| None).collect());
     std::thread::scope(|scope| {
@@ -502,7 +543,7 @@ fn run_jobs(jobs: &[Job], bench: &Path, dir: &Path, workers: usize) -> Vec<JobRe
                 loop {
                     let i = next.fetch_add(1, Ordering::Relaxed);
                     let Some(job) = jobs.get(i) else { break };
-                    let result = job.run(bench, dir);
+                    let result = job.run(dir);
                     if let Ok(mut results) = results.lock() {
                         results[i] = Some(result);
                     }
@@ -534,12 +575,26 @@ pub(crate) fn instructions(args: &[String]) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let bench = match build_bench() {
-        Ok(path) => path,
-        Err(why) => {
-            eprintln!("xtask bench --instructions: {why}");
-            return ExitCode::FAILURE;
+    let mut benches: Vec<(BenchTarget, PathBuf)> = Vec::new();
+    for w in &workloads {
+        let target = w.bench();
+        if benches.iter().any(|(t, _)| *t == target) {
+            continue;
         }
+        match build_bench(target) {
+            Ok(path) => benches.push((target, path)),
+            Err(why) => {
+                eprintln!("xtask bench --instructions: {why}");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
+    let bench_of = |w: &Workload| {
+        benches
+            .iter()
+            .find(|(t, _)| *t == w.bench())
+            .map(|(_, path)| path.clone())
+            .unwrap_or_default()
     };
     let dir = out_dir();
     if let Err(e) = fs::create_dir_all(&dir) {
@@ -560,6 +615,7 @@ pub(crate) fn instructions(args: &[String]) -> ExitCode {
             for run in 0..repeat {
                 for n in [w.n, 2 * w.n] {
                     jobs.push(Job {
+                        bench: bench_of(w),
                         workload: w.name.clone(),
                         n,
                         counter,
@@ -570,14 +626,18 @@ pub(crate) fn instructions(args: &[String]) -> ExitCode {
         }
     }
     let workers = std::thread::available_parallelism().map_or(1, |n| n.get().min(4));
+    let shown: Vec<String> = benches
+        .iter()
+        .map(|(_, path)| path.display().to_string())
+        .collect();
     println!(
         "{version}: {} runs of {} ({} at a time)",
         jobs.len(),
-        bench.display(),
+        shown.join(" and "),
         workers
     );
     let started = Instant::now();
-    let counts = run_jobs(&jobs, &bench, &dir, workers);
+    let counts = run_jobs(&jobs, &dir, workers);
     let mut failed = false;
     for why in counts.iter().filter_map(|c| c.as_ref().err()) {
         eprintln!("xtask bench --instructions: {why}");
@@ -726,7 +786,7 @@ fn render(rows: &[Row], memory: &[MemoryRow]) -> String {
     }
     let find = |name: &str| rows.iter().find(|r| r.name == name);
     let mark = |ok: bool| if ok { "pass" } else { "MISS" };
-    if ["seq", "par", "nested"]
+    if ["seq", "par", "nested", "session", "session-sqlite"]
         .into_iter()
         .any(|name| find(name).is_some())
         || !memory.is_empty()
@@ -761,6 +821,23 @@ fn render(rows: &[Row], memory: &[MemoryRow]) -> String {
                 "  nested / model-issued call ({} {}): {ratio:.2} (target <= 1.30: {})",
                 model.name,
                 model.n,
+                mark(ratio <= 1.3)
+            );
+        }
+    }
+    for name in ["session", "session-sqlite"] {
+        let sizes = || rows.iter().filter(|r| r.name == name);
+        let (Some(small), Some(large)) = (sizes().min_by_key(|r| r.n), sizes().max_by_key(|r| r.n))
+        else {
+            continue;
+        };
+        if small.n < large.n {
+            let ratio = large.instructions / small.instructions;
+            let _ = writeln!(
+                out,
+                "  {name} {} / {name} {}: {ratio:.2} instructions/call (target <= 1.30: {})",
+                large.n,
+                small.n,
                 mark(ratio <= 1.3)
             );
         }
@@ -911,6 +988,47 @@ mod tests {
             default_workloads().last().map(|w| w.name.as_str()),
             Some("parked")
         );
+    }
+
+    #[test]
+    fn delegation_workloads_run_in_their_bench_without_the_floor() {
+        let picked = parse_workloads(&["session=50".to_owned(), "session=400".to_owned()])
+            .unwrap_or_default();
+        let names: Vec<_> = picked.iter().map(|w| (w.name.as_str(), w.n)).collect();
+        assert_eq!(names, [("session", 50), ("session", 400)]);
+        assert!(picked.iter().all(|w| w.bench() == DELEGATION));
+        let picked =
+            parse_workloads(&["delegate".to_owned(), "seq".to_owned()]).unwrap_or_default();
+        let names: Vec<_> = picked.iter().map(|w| (w.name.as_str(), w.n)).collect();
+        assert_eq!(names, [("floor", 1000), ("delegate", 400), ("seq", 400)]);
+        assert_eq!(picked[2].bench(), AGENT_LOOP);
+    }
+
+    #[test]
+    fn renders_the_session_ratio_against_its_target() {
+        let row = |n, instructions| Row {
+            label: format!("session {n}"),
+            name: "session".to_owned(),
+            n,
+            instructions,
+            spread: 0.0,
+            in_allocator: 0.0,
+            allocations: 0.0,
+        };
+        let table = render(&[row(50, 40_000.0), row(400, 50_000.0)], &[]);
+        assert!(table.contains("| session 400 | 50,000 |"), "{table}");
+        assert!(
+            table.contains(
+                "session 400 / session 50: 1.25 instructions/call (target <= 1.30: pass)"
+            ),
+            "{table}"
+        );
+        let table = render(&[row(50, 40_000.0), row(400, 60_000.0)], &[]);
+        assert!(
+            table.contains(": 1.50 instructions/call (target <= 1.30: MISS)"),
+            "{table}"
+        );
+        assert!(!render(&[row(50, 1.0)], &[]).contains("session 50 / session 50"));
     }
 
     #[test]

@@ -37,8 +37,12 @@ commands:
                  and 2N runs in a model call that never answers: heap bytes
                  held per parked run (memcheck's \"in use at exit\", target
                  <= 8 KiB) and the size of a run's future; it runs under
-                 memcheck only, and alone it needs no floor. Needs
-                 valgrind (or VALGRIND=/path/to/it)
+                 memcheck only, and alone it needs no floor. Delegated
+                 calls (the orchestrator's delegation bench): delegate
+                 (400: no session), session (50 and 400: one session, in
+                 memory), session-sqlite (50 and 400: in SQLite); the
+                 ratio of a session workload's two sizes is checked
+                 (target <= 1.3). Needs valgrind (or VALGRIND=/path/to/it)
   help           this text";
 
 /// cargo-deny release known to build with the pinned toolchain (1.95).

@@ -219,8 +219,10 @@ impl ActiveAgent {
     /// Runs it in the session `scope`: the stored conversation (compacted)
     /// comes before `request.history`, the session travels in the run's
     /// properties (so the agents it calls keep child sessions inside it),
-    /// and the conversation is saved when the run completes. A failed,
-    /// cancelled, stopped or suspended run leaves the session as it was.
+    /// and what the run added is appended to the conversation when the run
+    /// completes (the conversation is rewritten whole when compaction cuts
+    /// it). A failed, cancelled, stopped or suspended run leaves the
+    /// session as it was.
     pub async fn run_in_session(
         &self,
         scope: &SessionScope,
@@ -233,23 +235,45 @@ impl ActiveAgent {
             .load(scope)
             .await
             .map_err(|source| RunError::Session { source })?;
-        let mut history = self
+        let (mut history, rewritten) = self
             .agent
-            .kept_history(std::mem::take(&mut record.messages));
+            .run_history(std::mem::take(&mut record.messages), false);
+        let stored = history.len();
         history.append(&mut request.history);
+        let given = history.len();
         request.history = history;
+        let input = request.input.clone();
         scope.write_to(&mut request.properties);
         let run = self.run(request, events).await?;
         if matches!(run.status, RunStatus::Completed | RunStatus::Terminated) {
-            let saved = SessionRecord {
-                agent_id: Some(self.agent.id().clone()),
-                messages: self.agent.kept_history(run.messages.clone()),
-                ..record
-            };
-            self.sessions
-                .save(scope, &saved)
-                .await
-                .map_err(|source| RunError::Session { source })?;
+            // Appending keeps the stored record's agent: only when it is
+            // this one (a whole save would set it).
+            let same_record =
+                record.revision > 0 && record.agent_id.as_ref() == Some(self.agent.id());
+            let appended = self
+                .agent
+                .appended_from(&run.messages, stored, given, &input)
+                .filter(|_| same_record && !rewritten);
+            match appended {
+                // `appended_from` only answers an index inside the messages.
+                Some(start) => {
+                    self.sessions
+                        .append(scope, record.revision, &run.messages[start..])
+                        .await
+                        .map_err(|source| RunError::Session { source })?;
+                }
+                None => {
+                    let saved = SessionRecord {
+                        agent_id: Some(self.agent.id().clone()),
+                        messages: self.agent.kept_history(run.messages.clone()),
+                        ..record
+                    };
+                    self.sessions
+                        .save(scope, &saved)
+                        .await
+                        .map_err(|source| RunError::Session { source })?;
+                }
+            }
         }
         Ok(run)
     }

@@ -2,7 +2,9 @@
 //!
 //! A reducer runs on the history an agent is given (before its run) and on
 //! the history it leaves (before it is stored): the reduced conversation is
-//! what remains.
+//! what remains. A conversation the reducer would leave as it is
+//! ([`HistoryReducer::is_reduced`]) is stored by appending what a run
+//! added; one it shortens is rewritten whole.
 
 use std::fmt;
 
@@ -16,6 +18,16 @@ pub trait HistoryReducer: Send + Sync {
 
     /// The reduced history.
     fn reduce(&self, messages: Vec<Message>) -> Vec<Message>;
+
+    /// Whether [`reduce`](Self::reduce) would return `messages` unchanged,
+    /// told without reducing them. The default says no, so a conversation
+    /// under a reducer that does not override it is reduced and rewritten
+    /// whole on every save; override it (cheaply: it runs on every save)
+    /// to let saves append.
+    fn is_reduced(&self, messages: &[Message]) -> bool {
+        let _ = messages;
+        false
+    }
 }
 
 impl fmt::Debug for dyn HistoryReducer {
@@ -44,7 +56,7 @@ impl HistoryReducer for KeepLastMessages {
     }
 
     fn reduce(&self, mut messages: Vec<Message>) -> Vec<Message> {
-        if messages.len() <= self.count {
+        if self.is_reduced(&messages) {
             return messages;
         }
         let mut start = messages.len() - self.count;
@@ -56,6 +68,10 @@ impl HistoryReducer for KeepLastMessages {
         }
         messages.drain(..start);
         messages
+    }
+
+    fn is_reduced(&self, messages: &[Message]) -> bool {
+        messages.len() <= self.count
     }
 }
 
@@ -94,5 +110,7 @@ mod tests {
         );
         assert_eq!(KeepLastMessages::new(3).reduce(history.clone()).len(), 3);
         assert_eq!(KeepLastMessages::new(9).reduce(history.clone()), history);
+        assert!(KeepLastMessages::new(4).is_reduced(&history));
+        assert!(!KeepLastMessages::new(3).is_reduced(&history));
     }
 }

@@ -17,7 +17,10 @@
 //!   [`AgentCatalog`]);
 //! - child sessions per (parent session, child agent, conversation name),
 //!   saved only after a successful call, in a [`SessionStore`] (in memory
-//!   or SQLite), readable by the host as plain text ([`ChatTurn`]);
+//!   or SQLite), readable by the host as plain text ([`ChatTurn`]); a call
+//!   appends what it added to the conversation, so its cost does not grow
+//!   with the conversation's length (but for the run's own copy of its
+//!   history);
 //! - governance every built agent carries: 40 model calls and 3
 //!   consecutive failing iterations per request ([`FunctionLoopCaps`]),
 //!   detailed tool errors kept from the model, host middleware installed
@@ -45,6 +48,7 @@ mod context;
 mod definition;
 mod error;
 mod governance;
+mod history;
 mod model_factory;
 mod names;
 mod orchestrator;
@@ -77,7 +81,7 @@ pub use request::{
 pub use session::{
     ChatRole, ChatTurn, INCOGNITO_PROPERTY, InMemorySessionStore, SESSION_APPLICATION_ID,
     SESSION_FORMAT, SESSION_PROPERTY, SESSION_SCHEMA_VERSION, SessionError, SessionManager,
-    SessionRecord, SessionScope, SessionStore, SqliteSessionStore, child_session_id,
+    SessionRecord, SessionScope, SessionStamp, SessionStore, SqliteSessionStore, child_session_id,
     normalize_conversation, transcript,
 };
 pub use workspace::{

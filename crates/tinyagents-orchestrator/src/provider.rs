@@ -225,9 +225,13 @@ impl AgentAsTool {
             Some((scope, _)) => Some(self.sessions.lock(&scope.id).await),
             None => None,
         };
-        let mut record = match &child {
-            Some((scope, _)) => self.sessions.load(scope).await.map_err(session_error)?,
-            None => SessionRecord::new(SessionId::new("")),
+        let (mut record, kept) = match &child {
+            Some((scope, _)) => self
+                .sessions
+                .check_out(scope)
+                .await
+                .map_err(session_error)?,
+            None => (SessionRecord::new(SessionId::new("")), false),
         };
         match &child {
             Some((scope, _)) => scope.write_to(&mut properties),
@@ -235,10 +239,12 @@ impl AgentAsTool {
                 properties.remove(SESSION_PROPERTY);
             }
         }
-        let mut request = RunRequest::new(query);
-        request.history = self
+        let (history, rewritten) = self
             .agent
-            .kept_history(std::mem::take(&mut record.messages));
+            .run_history(std::mem::take(&mut record.messages), kept);
+        let history_len = history.len();
+        let mut request = RunRequest::new(query);
+        request.history = history;
         request.run_id =
             Some(context.map_or_else(RunId::generate, |c| child_run_id(c.run_id(), c.call_id())));
         request.cancel =
@@ -270,15 +276,37 @@ impl AgentAsTool {
             });
         }
         if let (Some((scope, name)), Some(parent)) = (&child, &parent) {
-            let saved = SessionRecord {
-                parent: Some(parent.id.clone()),
-                agent_id: Some(agent_id.clone()),
-                conversation: name.clone(),
-                messages: self.agent.kept_history(run.messages),
-                ..record
+            // Stored as this call would write it whole: appending keeps
+            // the stored record's other fields, so it appends only when
+            // they are already these.
+            let same_record = record.revision > 0
+                && record.parent.as_ref() == Some(&parent.id)
+                && record.agent_id.as_ref() == Some(&agent_id)
+                && record.conversation == *name;
+            let appended = self
+                .agent
+                .appended_from(&run.messages, history_len, history_len, query)
+                .filter(|_| same_record && !rewritten);
+            record.parent = Some(parent.id.clone());
+            record.agent_id = Some(agent_id.clone());
+            record.conversation.clone_from(name);
+            let mut messages = run.messages;
+            let new_from = match appended {
+                Some(start) => {
+                    // Drops the standing instruction (`start` counts it):
+                    // the first `history_len` messages are then the
+                    // stored conversation.
+                    messages.drain(..start - history_len);
+                    Some(history_len)
+                }
+                None => {
+                    messages = self.agent.kept_history(messages);
+                    None
+                }
             };
+            record.messages = messages;
             self.sessions
-                .save(scope, &saved)
+                .write_back(scope, record, new_from)
                 .await
                 .map_err(session_error)?;
         }

@@ -1,32 +1,44 @@
 //! `SessionManager`: the store, the in-memory side for incognito sessions,
-//! and one async lock per session, so two calls never mutate the same
-//! session at once.
+//! one async lock per session, so two calls never mutate the same session
+//! at once, and the conversations it wrote last, kept for the next call on
+//! the same session.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 
 use parking_lot::Mutex;
-use tinyagents_core::SessionId;
+use tinyagents_core::{Message, SessionId};
 use tokio::sync::OwnedMutexGuard;
 
+use super::kept::Kept;
 use super::{
-    ChatTurn, InMemorySessionStore, SessionError, SessionRecord, SessionScope, SessionStore,
+    ChatTurn, InMemorySessionStore, SessionError, SessionRecord, SessionScope, SessionStamp,
+    SessionStore,
 };
 
 /// Dead lock entries are swept when the table grows past this.
 const SWEEP_AT: usize = 1024;
 
 /// Where sessions go: the host's store, or memory for incognito sessions.
+///
+/// It keeps in memory the conversations it appended to last (up to 256
+/// sessions and 100,000 messages per store, the least recently written
+/// going first), and hands one to the next call on its session instead of
+/// reading the store, when the store's [`SessionStamp`] shows that nobody
+/// wrote the session since.
 pub struct SessionManager {
     store: Arc<dyn SessionStore>,
     incognito: InMemorySessionStore,
     locks: Mutex<HashMap<SessionId, Weak<tokio::sync::Mutex<()>>>>,
+    kept: Mutex<Kept>,
+    kept_incognito: Mutex<Kept>,
 }
 
 impl std::fmt::Debug for SessionManager {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SessionManager")
             .field("incognito_sessions", &self.incognito.len())
+            .field("kept_conversations", &self.kept.lock().len())
             .finish_non_exhaustive()
     }
 }
@@ -38,6 +50,8 @@ impl SessionManager {
             store,
             incognito: InMemorySessionStore::new(),
             locks: Mutex::new(HashMap::new()),
+            kept: Mutex::new(Kept::default()),
+            kept_incognito: Mutex::new(Kept::default()),
         }
     }
 
@@ -51,6 +65,14 @@ impl SessionManager {
             &self.incognito
         } else {
             self.store.as_ref()
+        }
+    }
+
+    fn kept_for(&self, scope: &SessionScope) -> &Mutex<Kept> {
+        if scope.incognito {
+            &self.kept_incognito
+        } else {
+            &self.kept
         }
     }
 
@@ -90,6 +112,59 @@ impl SessionManager {
         record: &SessionRecord,
     ) -> Result<u64, SessionError> {
         self.store_for(scope).save(record).await
+    }
+
+    /// Appends `messages` to the session of `scope`, stored at `revision`
+    /// (see [`SessionStore::append`]).
+    pub async fn append(
+        &self,
+        scope: &SessionScope,
+        revision: u64,
+        messages: &[Message],
+    ) -> Result<SessionStamp, SessionError> {
+        self.store_for(scope)
+            .append(&scope.id, revision, messages)
+            .await
+    }
+
+    /// The session of `scope` for one call on it, which holds its
+    /// [`lock`](Self::lock): the conversation this manager kept when the
+    /// store's stamp is still the one its last write returned (`true`),
+    /// else the stored one, or an empty record when it was never saved
+    /// (`false`). A kept conversation is handed out once; the call gives
+    /// it back with [`write_back`](Self::write_back).
+    pub(crate) async fn check_out(
+        &self,
+        scope: &SessionScope,
+    ) -> Result<(SessionRecord, bool), SessionError> {
+        let kept = self.kept_for(scope).lock().take(&scope.id);
+        if let Some((stamp, record)) = kept
+            && self.store_for(scope).stamp(&scope.id).await? == Some(stamp)
+        {
+            return Ok((record, true));
+        }
+        Ok((self.load(scope).await?, false))
+    }
+
+    /// Stores `record`, checked out at `record.revision`, after a call on
+    /// it: with `new_from`, appends its messages from there on (the ones
+    /// before are what the store holds) and keeps it for the next
+    /// [`check_out`](Self::check_out); without, saves it whole.
+    pub(crate) async fn write_back(
+        &self,
+        scope: &SessionScope,
+        mut record: SessionRecord,
+        new_from: Option<usize>,
+    ) -> Result<(), SessionError> {
+        let Some(from) = new_from else {
+            self.save(scope, &record).await?;
+            return Ok(());
+        };
+        let added = record.messages.get(from..).unwrap_or(&[]);
+        let stamp = self.append(scope, record.revision, added).await?;
+        record.revision = stamp.revision;
+        self.kept_for(scope).lock().put(stamp, record);
+        Ok(())
     }
 
     /// What a person may read of the session: user and assistant text.

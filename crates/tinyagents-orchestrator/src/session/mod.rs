@@ -7,7 +7,14 @@
 //! ([`child_session_id`]), so a grandchild's session nests the same way.
 //! Each record carries a revision, so a store shared by several processes
 //! refuses a save based on a stale read instead of losing an update.
+//!
+//! A delegated call adds a few messages to a conversation that grows with
+//! every call, so the store appends them ([`SessionStore::append`]) instead
+//! of rewriting the conversation, and the [`SessionManager`] keeps the
+//! conversation it last wrote, handing it to the next call on that session
+//! when the store's [`SessionStamp`] says nobody else wrote since.
 
+mod kept;
 mod manager;
 mod memory;
 mod sqlite;
@@ -86,12 +93,36 @@ pub enum SessionError {
         /// The revision in the store.
         found: u64,
     },
+    /// An append named a session that is not stored (a session is made by
+    /// saving it whole).
+    #[error("session {id} is not stored: there is nothing to append to")]
+    NotStored {
+        /// The session.
+        id: SessionId,
+    },
     /// The store failed.
     #[error("session store error: {message}")]
     Store {
         /// What went wrong.
         message: String,
     },
+}
+
+impl SessionError {
+    /// Why an append based on `revision` found no session `id`: it was
+    /// deleted since it was read ([`Conflict`](Self::Conflict), found 0),
+    /// or it was never stored ([`NotStored`](Self::NotStored)).
+    pub(crate) fn not_stored(id: &SessionId, revision: u64) -> Self {
+        if revision == 0 {
+            Self::NotStored { id: id.clone() }
+        } else {
+            Self::Conflict {
+                id: id.clone(),
+                expected: revision,
+                found: 0,
+            }
+        }
+    }
 }
 
 /// One stored session.
@@ -137,6 +168,19 @@ impl SessionRecord {
     }
 }
 
+/// What a store can tell of a stored session without reading its
+/// conversation: its revision, and a mark the store gives every write of
+/// any session anew (never the same twice, not even after the session was
+/// deleted and made again), so an unchanged stamp means an unchanged
+/// conversation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct SessionStamp {
+    /// The stored revision.
+    pub revision: u64,
+    /// The mark of the write that made that revision.
+    pub mark: u64,
+}
+
 /// Keeps sessions. Object-safe; every method may be called concurrently.
 #[async_trait]
 pub trait SessionStore: Send + Sync {
@@ -147,6 +191,24 @@ pub trait SessionStore: Send + Sync {
     /// revision is `record.revision` (0: not stored yet); otherwise
     /// [`SessionError::Conflict`]. Returns the new revision.
     async fn save(&self, record: &SessionRecord) -> Result<u64, SessionError>;
+
+    /// Appends `messages` to the conversation of the stored session `id`,
+    /// making it revision `revision + 1`, when its stored revision is
+    /// `revision`; otherwise [`SessionError::Conflict`] and nothing is
+    /// written ([`SessionError::NotStored`] for revision 0: a session is
+    /// made with [`save`](Self::save)). Writes only `messages`: the stored
+    /// conversation is neither read nor rewritten, and the record's other
+    /// fields stay as they are. Returns the new stamp.
+    async fn append(
+        &self,
+        id: &SessionId,
+        revision: u64,
+        messages: &[Message],
+    ) -> Result<SessionStamp, SessionError>;
+
+    /// The stamp of the stored session `id` (`None` when not stored),
+    /// without reading its conversation.
+    async fn stamp(&self, id: &SessionId) -> Result<Option<SessionStamp>, SessionError>;
 
     /// The child sessions of `parent`.
     async fn children(&self, parent: &SessionId) -> Result<Vec<SessionRecord>, SessionError>;
