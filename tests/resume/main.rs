@@ -6,6 +6,7 @@
 #![allow(clippy::cloned_ref_to_slice_refs)]
 
 mod approvals;
+mod checkpoints;
 mod deferred;
 mod stored_state;
 mod tamper_prop;

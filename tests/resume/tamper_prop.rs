@@ -137,8 +137,10 @@ fn apply(edit: &Edit, suspended: &mut SuspendedRun, decisions: &mut Vec<Approval
                 suspended.turn.push(entry);
                 if *with_issued {
                     let issued = issued_mut(suspended);
-                    let call = issued[*i % issued.len()].clone();
-                    issued.push(call);
+                    // An earlier edit may have removed every issued call.
+                    if let Some(call) = issued.get(*i % issued.len().max(1)).cloned() {
+                        issued.push(call);
+                    }
                 }
             }
         }
@@ -147,8 +149,10 @@ fn apply(edit: &Edit, suspended: &mut SuspendedRun, decisions: &mut Vec<Approval
                 suspended.turn.remove(*i % n);
                 if *with_issued {
                     let issued = issued_mut(suspended);
-                    let at = *i % issued.len();
-                    issued.remove(at);
+                    if !issued.is_empty() {
+                        let at = *i % issued.len();
+                        issued.remove(at);
+                    }
                 }
             }
         }

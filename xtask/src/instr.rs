@@ -15,6 +15,12 @@
 //! "in use at exit" difference divided by `n` is what one idle run holds.
 //! It runs under memcheck only.
 //!
+//! `seq-ledger` and `seq-sqlite` are `seq` with the memory and the SQLite
+//! effect ledger (a file under the target directory). Each runs at 50 and
+//! 1000 calls: the ratio of the two is the check that a call's cost with a
+//! ledger (its rows and its turn's checkpoint) does not grow with the run,
+//! and `seq-ledger` less `seq` is what the memory ledger adds to a call.
+//!
 //! The delegation workloads (`delegate`, `session`, `session-sqlite`) are
 //! the orchestrator's delegation bench (`delegation --instr <workload>
 //! <n>`): `n` delegated calls of a parent agent, without a session or in
@@ -77,6 +83,8 @@ impl Workload {
             "parked" => "parked run (bytes held)".to_owned(),
             "floor-registry" => "floor with RegisteredTool::validate".to_owned(),
             "stack" => format!("seq {} + 10 middlewares", self.n),
+            "seq-ledger" => format!("seq {} + memory ledger", self.n),
+            "seq-sqlite" => format!("seq {} + SQLite ledger", self.n),
             name => format!("{name} {}", self.n),
         }
     }
@@ -92,6 +100,10 @@ fn default_workloads() -> Vec<Workload> {
         ("par", 1000),
         ("nested", 1000),
         ("stack", 400),
+        ("seq-ledger", 50),
+        ("seq-ledger", 1000),
+        ("seq-sqlite", 50),
+        ("seq-sqlite", 1000),
         ("delegate", 400),
         ("session", 50),
         ("session", 400),
@@ -107,10 +119,12 @@ fn default_workloads() -> Vec<Workload> {
     .collect()
 }
 
-const KNOWN: [&str; 10] = [
+const KNOWN: [&str; 12] = [
     "floor",
     "floor-registry",
     "seq",
+    "seq-ledger",
+    "seq-sqlite",
     "par",
     "nested",
     "stack",
@@ -786,9 +800,17 @@ fn render(rows: &[Row], memory: &[MemoryRow]) -> String {
     }
     let find = |name: &str| rows.iter().find(|r| r.name == name);
     let mark = |ok: bool| if ok { "pass" } else { "MISS" };
-    if ["seq", "par", "nested", "session", "session-sqlite"]
-        .into_iter()
-        .any(|name| find(name).is_some())
+    if [
+        "seq",
+        "par",
+        "nested",
+        "seq-ledger",
+        "seq-sqlite",
+        "session",
+        "session-sqlite",
+    ]
+    .into_iter()
+    .any(|name| find(name).is_some())
         || !memory.is_empty()
     {
         let _ = writeln!(out, "\ntargets:");
@@ -825,7 +847,20 @@ fn render(rows: &[Row], memory: &[MemoryRow]) -> String {
             );
         }
     }
-    for name in ["session", "session-sqlite"] {
+    if let Some(seq) = find("seq") {
+        for ledgered in rows.iter().filter(|r| r.name == "seq-ledger") {
+            let added = ledgered.instructions - seq.instructions;
+            let _ = writeln!(
+                out,
+                "  memory ledger adds (seq-ledger {} - seq {}): <= 5,000 instructions/call: {} ({})",
+                ledgered.n,
+                seq.n,
+                mark(added <= 5_000.0),
+                thousands(added)
+            );
+        }
+    }
+    for name in ["seq-ledger", "seq-sqlite", "session", "session-sqlite"] {
         let sizes = || rows.iter().filter(|r| r.name == name);
         let (Some(small), Some(large)) = (sizes().min_by_key(|r| r.n), sizes().max_by_key(|r| r.n))
         else {
@@ -1029,6 +1064,35 @@ mod tests {
             "{table}"
         );
         assert!(!render(&[row(50, 1.0)], &[]).contains("session 50 / session 50"));
+    }
+
+    #[test]
+    fn renders_the_ledger_rows_against_their_targets() {
+        let row = |name: &str, n, instructions| Row {
+            label: format!("{name} {n}"),
+            name: name.to_owned(),
+            n,
+            instructions,
+            spread: 0.0,
+            in_allocator: 0.0,
+            allocations: 0.0,
+        };
+        let rows = [
+            row("seq", 400, 20_000.0),
+            row("seq-ledger", 50, 24_000.0),
+            row("seq-ledger", 1000, 26_000.0),
+            row("seq-sqlite", 50, 100_000.0),
+            row("seq-sqlite", 1000, 140_000.0),
+        ];
+        let table = render(&rows, &[]);
+        for line in [
+            "memory ledger adds (seq-ledger 50 - seq 400): <= 5,000 instructions/call: pass (4,000)",
+            "memory ledger adds (seq-ledger 1000 - seq 400): <= 5,000 instructions/call: MISS (6,000)",
+            "seq-ledger 1000 / seq-ledger 50: 1.08 instructions/call (target <= 1.30: pass)",
+            "seq-sqlite 1000 / seq-sqlite 50: 1.40 instructions/call (target <= 1.30: MISS)",
+        ] {
+            assert!(table.contains(line), "{line}\n{table}");
+        }
     }
 
     #[test]

@@ -8,11 +8,15 @@
 //!   pass-through wraps.
 //! - `nested N`: one model-issued call whose tool makes N nested `add`
 //!   calls through `ToolExecutionContext::call_tool`, one after another.
+//! - `seq N + memory ledger`, `seq N + SQLite ledger`: `seq N` with an
+//!   effect ledger (a started and a settled row per call, a checkpoint per
+//!   turn); the SQLite file is on the real disk, and its figure is compared
+//!   with the time of one `fdatasync` of a small write there.
 //!
 //! `agent_loop --instr <workload> <n>` runs one workload of `n` calls once,
 //! without warm-up or timing, for `cargo xtask bench --instructions` to run
-//! under valgrind. Its workloads: `seq`, `par`, `nested`, `stack` (as
-//! above) and `floor`: `n` times, build `{"a": i, "b": 2}`, validate it
+//! under valgrind. Its workloads: `seq`, `par`, `nested`, `stack`,
+//! `seq-ledger`, `seq-sqlite` (as above) and `floor`: `n` times, build `{"a": i, "b": 2}`, validate it
 //! against the add tool's compiled schema (`jsonschema`'s `is_valid`),
 //! `serde_json::from_value` it into the typed arguments and await the async
 //! add: the work a call cannot avoid. `floor-registry` is the same with the
@@ -24,6 +28,9 @@
 //! also prints the size of one run's future (`size_of_val`, unboxed).
 #![allow(clippy::print_stdout, missing_docs)] // a benchmark prints its figures
 
+#[path = "support/ledgered.rs"]
+mod ledgered;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
@@ -34,9 +41,12 @@ use tinyagents_core::{
     ToolCall, ToolResult,
 };
 use tinyagents_harness::{AgentHarness, ToolExecutionContext};
+use tinyagents_ledger::EffectLedger;
 use tinyagents_middleware::{Middleware, Next, ToolCallContext, ToolMiddleware};
 use tinyagents_models::ScriptedModel;
 use tinytools::FnTool;
+
+use ledgered::LedgerKind;
 
 #[derive(serde::Deserialize, schemars::JsonSchema)]
 struct Add {
@@ -152,11 +162,28 @@ fn parallel_model(calls: usize) -> ScriptedModel {
 }
 
 fn harness(model: ScriptedModel, calls: u32, stack: bool) -> AgentHarness {
+    harness_with(model, calls, stack, None)
+}
+
+/// `seq N` over `ledger`.
+fn ledgered_harness(calls: u32, ledger: Arc<dyn EffectLedger>) -> AgentHarness {
+    harness_with(sequential_model(calls as usize), calls, false, Some(ledger))
+}
+
+fn harness_with(
+    model: ScriptedModel,
+    calls: u32,
+    stack: bool,
+    ledger: Option<Arc<dyn EffectLedger>>,
+) -> AgentHarness {
     let limits = RunLimits::default()
         .with_max_model_calls(calls + 2)
         .with_max_tool_calls(calls)
         .with_max_parallel_calls(calls);
     let mut builder = AgentHarness::builder(Arc::new(model)).limits(limits);
+    if let Some(ledger) = ledger {
+        builder = builder.ledger(ledger);
+    }
     if stack {
         for _ in 0..5 {
             builder = builder
@@ -320,8 +347,17 @@ fn instr(rt: &tokio::runtime::Runtime, workload: &str, n: usize) {
         "stack" => (harness(sequential_model(n), calls, true), n),
         "par" => (harness(parallel_model(n), calls, false), n),
         "nested" => (nested_harness(calls), n + 1),
+        "seq-ledger" => (
+            ledgered_harness(calls, ledgered::open(rt, LedgerKind::Memory)),
+            n,
+        ),
+        "seq-sqlite" => (
+            ledgered_harness(calls, ledgered::open(rt, LedgerKind::Sqlite)),
+            n,
+        ),
         other => panic!(
-            "--instr: unknown workload `{other}` (floor, floor-registry, seq, stack, par, nested, parked)"
+            "--instr: unknown workload `{other}` (floor, floor-registry, seq, stack, par, nested, \
+             seq-ledger, seq-sqlite, parked)"
         ),
     };
     let run = rt
@@ -384,4 +420,56 @@ fn main() {
         "worst per-call cost         {:.3} µs/call  (target <= 3.000)",
         seq50.max(seq2000).max(par)
     );
+    println!();
+    ledgered_workloads(&rt, &seq);
+}
+
+/// `seq 50 / 400 / 2000` with each ledger, against the plain `seq` figures
+/// and (SQLite) the disk's fsync time.
+fn ledgered_workloads(rt: &tokio::runtime::Runtime, plain: &[(usize, f64)]) {
+    let (fsync, p10, p90) = ledgered::fsync_micros(300);
+    println!(
+        "fdatasync of 200 bytes      median {fsync:>7.3} µs       (p10 {p10:.3}, p90 {p90:.3}; 300 writes)"
+    );
+    for (kind, label, sizes) in [
+        (
+            LedgerKind::Memory,
+            "memory ledger",
+            [(50usize, 200usize), (400, 30), (2000, 8)],
+        ),
+        (
+            LedgerKind::Sqlite,
+            "SQLite ledger",
+            [(50, 20), (400, 4), (2000, 2)],
+        ),
+    ] {
+        let mut figures = Vec::new();
+        for (n, runs) in sizes {
+            let h = ledgered_harness(n as u32, ledgered::open(rt, kind));
+            let median = report(
+                &format!("seq {n} + {label}"),
+                measure(rt, &h, n, runs),
+                runs,
+            );
+            figures.push((n, median));
+        }
+        let (first, last) = (figures[0].1, figures[figures.len() - 1].1);
+        println!(
+            "  ratio {} 2000 / 50   {:.2}  (target <= 1.30)",
+            kind.workload(),
+            last / first
+        );
+        for ((n, with), (_, without)) in figures.iter().zip(plain) {
+            match kind {
+                LedgerKind::Memory => println!(
+                    "  memory ledger adds at {n:<5} {:.3} µs/call",
+                    with - without
+                ),
+                LedgerKind::Sqlite => println!(
+                    "  SQLite / fsync at {n:<5}     {:.2}  (target <= 1.50)",
+                    with / fsync
+                ),
+            }
+        }
+    }
 }

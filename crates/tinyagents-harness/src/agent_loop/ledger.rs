@@ -10,7 +10,7 @@ use tinyagents_core::{
     AgentEvent, CallId, LimitTracker, Message, RunContext, RunId, State, TinyAgentsError, ToolCall,
     ToolResult, args_hash,
 };
-use tinyagents_ledger::{EffectLedger, LedgerError, LedgerFailure, Outcome, StartedRow};
+use tinyagents_ledger::{LedgerError, LedgerFailure, Outcome, StartedRow};
 use tinytools::ToolSpec;
 
 use super::Run;
@@ -19,7 +19,7 @@ use crate::ResumeOptions;
 use crate::call::ToolEvents;
 use crate::events::EventSink;
 use crate::harness::AgentHarness;
-use crate::run::{AgentRun, SUSPENDED_RUN_FORMAT, SuspendedRun};
+use crate::run::{AgentRun, SuspendedRun};
 
 /// How the ledger answered a call's start.
 pub(crate) enum Start {
@@ -218,43 +218,6 @@ impl AgentHarness {
 }
 
 impl<'h> Run<'h> {
-    /// Checkpoints the run at a turn boundary: the transcript up to the
-    /// model's calls of this turn, the budget, the active time. Losing one
-    /// to a crash means recovery starts from the turn before.
-    pub(crate) async fn checkpoint(&self, replay_blocked: &[CallId]) {
-        let Some(ledger) = &self.harness.ledger else {
-            return;
-        };
-        let (ctx, state) = (&self.ctx, &self.state);
-        let saved = SuspendedRun {
-            format: SUSPENDED_RUN_FORMAT,
-            run_id: ctx.run_id.clone(),
-            state: state.clone(),
-            turn: Vec::new(),
-            budget: ctx.tracker().counts(),
-            active_ms: u64::try_from(ctx.elapsed().as_millis()).unwrap_or(u64::MAX),
-            properties: (*ctx.properties).clone(),
-            depth: ctx.depth,
-            replay_blocked: replay_blocked.to_vec(),
-        };
-        let written = match serde_json::to_vec(&saved) {
-            Ok(bytes) => guarded(
-                "save_checkpoint",
-                ledger.save_checkpoint(&ctx.run_id, u64::from(state.turn), bytes),
-            )
-            .await
-            .map_err(|e| e.to_string()),
-            Err(error) => Err(error.to_string()),
-        };
-        if let Err(error) = written {
-            self.sink()
-                .emit(|| AgentEvent::Warning {
-                    message: format!("checkpoint of turn {} not written: {error}", state.turn),
-                })
-                .await;
-        }
-    }
-
     /// Marks a run finished in the ledger, so retention may prune it.
     pub(crate) async fn finish_in_ledger(&self) {
         let Some(ledger) = &self.harness.ledger else {
@@ -397,25 +360,6 @@ impl AgentHarness {
         run.continue_after(end).await
     }
 
-    /// The run's last checkpoint, read back.
-    pub(crate) async fn load_saved(
-        &self,
-        ledger: &dyn EffectLedger,
-        run_id: &RunId,
-    ) -> Result<Option<SuspendedRun>, TinyAgentsError> {
-        let Some(checkpoint) = guarded("load_checkpoint", ledger.load_checkpoint(run_id))
-            .await
-            .map_err(|e| TinyAgentsError::State(e.to_string()))?
-        else {
-            return Ok(None);
-        };
-        let saved: SuspendedRun = serde_json::from_slice(&checkpoint.data).map_err(|e| {
-            TinyAgentsError::State(format!("checkpoint of run {run_id} cannot be read: {e}"))
-        })?;
-        saved.check_format()?;
-        Ok(Some(saved))
-    }
-
     /// The context and state of a suspended or checkpointed run.
     pub(crate) fn restore(
         &self,
@@ -441,7 +385,7 @@ impl AgentHarness {
 /// Awaits a ledger operation, containing a panic in the backend (host code,
 /// for a custom ledger) as a storage failure, which every caller treats
 /// fail-closed.
-async fn guarded<T>(
+pub(crate) async fn guarded<T>(
     operation: &'static str,
     write: impl std::future::Future<Output = Result<T, LedgerError>>,
 ) -> Result<T, LedgerError> {

@@ -8,6 +8,7 @@
 //! services while it polls the tool ([`nested`], [`serve`]).
 
 mod batch;
+mod checkpoint;
 mod ledger;
 pub(crate) mod nested;
 mod resume;
@@ -52,6 +53,9 @@ pub(crate) struct Run<'h> {
     pub(crate) metadata: HashMap<CallId, Value>,
     /// Whether `LimitReached` was sent (once per run).
     pub(crate) limit_reported: bool,
+    /// What this segment has persisted of its checkpoint; `None` until its
+    /// first, and after a failed write (the next one writes a base).
+    pub(crate) cursor: Option<checkpoint::CheckpointCursor>,
 }
 
 /// How a turn ends the loop, if it does.
@@ -145,6 +149,7 @@ impl AgentHarness {
             shared,
             metadata: HashMap::new(),
             limit_reported: false,
+            cursor: None,
         }
     }
 

@@ -1,0 +1,274 @@
+//! Checkpoints in the effect ledger, written incrementally: the first
+//! checkpoint of a run segment is a base (the whole [`SuspendedRun`]), and
+//! each later turn appends only what it added: the new messages, serialised
+//! from the transcript itself (never a copy of it), and the run's small
+//! counters. A compaction writes a new base when the entries appended since
+//! the last one outweigh it, so the bytes written per turn stay bounded by
+//! what the turn added (amortised), whatever the run's length.
+//!
+//! A new base is also written when the transcript no longer extends what was
+//! persisted: it is shorter, or its last persisted message changed (a hook
+//! rewrote it). A hook that edits a message in the middle of the transcript
+//! and leaves its length and its last message alone is not seen until the
+//! next base; docs/effect-ledger.md states that limit.
+//!
+//! Reading back applies the entries to the base in order. Each entry names
+//! the length of the transcript it extends, so a chain that lost an entry
+//! is refused as inconsistent instead of read back wrong.
+
+use std::borrow::Cow;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use tinyagents_core::{
+    AgentEvent, BudgetCounts, CallId, Message, RunId, State, TinyAgentsError, Usage,
+};
+use tinyagents_ledger::{Checkpoint, EffectLedger};
+
+use super::Run;
+use super::ledger::guarded;
+use crate::harness::AgentHarness;
+use crate::run::{SUSPENDED_RUN_FORMAT, SuspendedRun};
+
+/// What the run segment has persisted of its checkpoint.
+pub(crate) struct CheckpointCursor {
+    /// The transcript's length at the last checkpoint.
+    persisted: usize,
+    /// The last persisted message, to see a rewritten transcript.
+    last: Option<Message>,
+    /// The properties and depth the base holds (entries do not carry them).
+    properties: Arc<Map<String, Value>>,
+    depth: u32,
+    /// Bytes of the base, and of the entries appended since.
+    base_bytes: usize,
+    appended_bytes: usize,
+}
+
+/// The base: a [`SuspendedRun`] with no suspended turn, serialised from
+/// borrows (the same fields, so it reads back as one).
+#[derive(Serialize)]
+struct BaseRef<'a> {
+    format: u32,
+    run_id: &'a RunId,
+    state: &'a State,
+    turn: [(); 0],
+    budget: BudgetCounts,
+    active_ms: u64,
+    properties: &'a Map<String, Value>,
+    depth: u32,
+    #[serde(skip_serializing_if = "<[CallId]>::is_empty")]
+    replay_blocked: &'a [CallId],
+}
+
+/// One appended entry: the messages a turn added after the first `from`,
+/// and the run's counters as they are now.
+#[derive(Serialize, Deserialize)]
+struct Entry<'a> {
+    from: usize,
+    messages: Cow<'a, [Message]>,
+    turn: u32,
+    calls_issued: u64,
+    usage: Usage,
+    #[serde(default, skip_serializing_if = "no_values")]
+    values: Cow<'a, Map<String, Value>>,
+    budget: BudgetCounts,
+    active_ms: u64,
+    #[serde(default, skip_serializing_if = "no_calls")]
+    replay_blocked: Cow<'a, [CallId]>,
+}
+
+fn no_values(values: &Map<String, Value>) -> bool {
+    values.is_empty()
+}
+
+fn no_calls(calls: &[CallId]) -> bool {
+    calls.is_empty()
+}
+
+impl<'h> Run<'h> {
+    /// Checkpoints the run at a turn boundary: the transcript up to the
+    /// model's calls of this turn, the budget, the active time. Losing one
+    /// to a crash means recovery starts from the turn before. A failure is
+    /// a warning, and the next checkpoint writes a whole base.
+    pub(crate) async fn checkpoint(&mut self, replay_blocked: &[CallId]) {
+        let harness = self.harness;
+        let Some(ledger) = &harness.ledger else {
+            return;
+        };
+        let version = u64::from(self.state.turn);
+        let written = match self.next_entry(replay_blocked) {
+            Some(Ok(entry)) => {
+                let bytes = entry.len();
+                let appended = guarded(
+                    "append_checkpoint",
+                    ledger.append_checkpoint(&self.ctx.run_id, version, entry),
+                )
+                .await;
+                appended
+                    .map(|()| self.advance(bytes))
+                    .map_err(|e| e.to_string())
+            }
+            Some(Err(error)) => Err(error),
+            None => match self.base_bytes(replay_blocked) {
+                Ok(base) => {
+                    let bytes = base.len();
+                    let saved = guarded(
+                        "save_checkpoint",
+                        ledger.save_checkpoint(&self.ctx.run_id, version, base),
+                    )
+                    .await;
+                    saved
+                        .map(|()| self.rebase(bytes))
+                        .map_err(|e| e.to_string())
+                }
+                Err(error) => Err(error.to_string()),
+            },
+        };
+        let Err(error) = written else {
+            return;
+        };
+        // The stored chain may now miss what this turn added.
+        self.cursor = None;
+        let turn = self.state.turn;
+        self.sink()
+            .emit(|| AgentEvent::Warning {
+                message: format!("checkpoint of turn {turn} not written: {error}"),
+            })
+            .await;
+    }
+
+    /// The entry this turn appends, or `None` when it must write a base:
+    /// the first checkpoint of the segment, a transcript that no longer
+    /// extends the persisted one, changed properties or depth, or entries
+    /// that would outweigh the base.
+    fn next_entry(&self, replay_blocked: &[CallId]) -> Option<Result<Vec<u8>, String>> {
+        let cursor = self.cursor.as_ref()?;
+        let messages = &self.state.messages;
+        let extends = messages
+            .get(..cursor.persisted)
+            .is_some_and(|kept| kept.last() == cursor.last.as_ref());
+        if !extends
+            || !Arc::ptr_eq(&cursor.properties, &self.ctx.properties)
+            || cursor.depth != self.ctx.depth
+        {
+            return None;
+        }
+        let entry = Entry {
+            from: cursor.persisted,
+            messages: Cow::Borrowed(&messages[cursor.persisted..]),
+            turn: self.state.turn,
+            calls_issued: self.state.calls_issued,
+            usage: self.state.usage,
+            values: Cow::Borrowed(&self.state.values),
+            budget: self.ctx.tracker().counts(),
+            active_ms: self.active_ms(),
+            replay_blocked: Cow::Borrowed(replay_blocked),
+        };
+        let bytes = match serde_json::to_vec(&entry) {
+            Ok(bytes) => bytes,
+            Err(error) => return Some(Err(error.to_string())),
+        };
+        // Compaction: a base once the entries would outweigh it.
+        (cursor.appended_bytes + bytes.len() <= cursor.base_bytes).then_some(Ok(bytes))
+    }
+
+    /// The whole checkpoint, serialised from the run's own fields.
+    fn base_bytes(&self, replay_blocked: &[CallId]) -> serde_json::Result<Vec<u8>> {
+        serde_json::to_vec(&BaseRef {
+            format: SUSPENDED_RUN_FORMAT,
+            run_id: &self.ctx.run_id,
+            state: &self.state,
+            turn: [],
+            budget: self.ctx.tracker().counts(),
+            active_ms: self.active_ms(),
+            properties: &self.ctx.properties,
+            depth: self.ctx.depth,
+            replay_blocked,
+        })
+    }
+
+    fn active_ms(&self) -> u64 {
+        u64::try_from(self.ctx.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// A base of `bytes` was written.
+    fn rebase(&mut self, bytes: usize) {
+        self.cursor = Some(CheckpointCursor {
+            persisted: self.state.messages.len(),
+            last: self.state.messages.last().cloned(),
+            properties: Arc::clone(&self.ctx.properties),
+            depth: self.ctx.depth,
+            base_bytes: bytes,
+            appended_bytes: 0,
+        });
+    }
+
+    /// An entry of `bytes` was appended.
+    fn advance(&mut self, bytes: usize) {
+        let messages = &self.state.messages;
+        if let Some(cursor) = &mut self.cursor {
+            if cursor.persisted != messages.len() {
+                cursor.persisted = messages.len();
+                cursor.last = messages.last().cloned();
+            }
+            cursor.appended_bytes += bytes;
+        }
+    }
+}
+
+impl AgentHarness {
+    /// The run's last checkpoint, read back: the base with every appended
+    /// entry applied.
+    pub(crate) async fn load_saved(
+        &self,
+        ledger: &dyn EffectLedger,
+        run_id: &RunId,
+    ) -> Result<Option<SuspendedRun>, TinyAgentsError> {
+        let Some(checkpoint) = guarded("load_checkpoint", ledger.load_checkpoint(run_id))
+            .await
+            .map_err(|e| TinyAgentsError::State(e.to_string()))?
+        else {
+            return Ok(None);
+        };
+        read_checkpoint(run_id, &checkpoint).map(Some)
+    }
+}
+
+/// A stored checkpoint as the state it describes.
+pub(crate) fn read_checkpoint(
+    run_id: &RunId,
+    checkpoint: &Checkpoint,
+) -> Result<SuspendedRun, TinyAgentsError> {
+    let unreadable =
+        |what: String| TinyAgentsError::State(format!("checkpoint of run {run_id} {what}"));
+    let mut saved: SuspendedRun = serde_json::from_slice(&checkpoint.data)
+        .map_err(|e| unreadable(format!("cannot be read: {e}")))?;
+    saved.check_format()?;
+    for (n, bytes) in checkpoint.appended.iter().enumerate() {
+        let entry: Entry<'_> = serde_json::from_slice(bytes).map_err(|e| {
+            unreadable(format!(
+                "cannot be read: entry {} after the base: {e}",
+                n + 1
+            ))
+        })?;
+        let held = saved.state.messages.len();
+        if entry.from != held {
+            return Err(unreadable(format!(
+                "is inconsistent: entry {} after the base extends a transcript of {} messages, and the checkpoint holds {held}",
+                n + 1,
+                entry.from
+            )));
+        }
+        let state = &mut saved.state;
+        state.messages.extend(entry.messages.into_owned());
+        state.turn = entry.turn;
+        state.calls_issued = entry.calls_issued;
+        state.usage = entry.usage;
+        state.values = entry.values.into_owned();
+        saved.budget = entry.budget;
+        saved.active_ms = entry.active_ms;
+        saved.replay_blocked = entry.replay_blocked.into_owned();
+    }
+    Ok(saved)
+}
