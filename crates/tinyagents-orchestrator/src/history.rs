@@ -10,6 +10,13 @@
 //! otherwise it is rewritten whole, as [`Agent::kept_history`] makes it. A
 //! middleware that changes the history in place, keeping its length, is
 //! not told apart: the session keeps the messages as they were stored.
+//!
+//! A conversation the session manager kept comes as the transcript of the
+//! run that wrote it ([`Transcript`]: its standing instruction first), and
+//! the next run is given that transcript whole
+//! (`RunRequest::leading_instruction`): the harness continues it in place
+//! when the instruction is still its own, so no call copies the
+//! conversation or removes anything from its front.
 
 use tinyagents_core::Message;
 
