@@ -7,7 +7,7 @@ use super::*;
 
 /// What a session store was asked, in order: (session, operation).
 #[derive(Default)]
-struct Counting {
+pub(super) struct Counting {
     inner: InMemorySessionStore,
     log: Mutex<Vec<(String, String)>>,
 }
@@ -18,7 +18,7 @@ impl Counting {
     }
 
     /// The operations on `id`.
-    fn ops(&self, id: &SessionId) -> Vec<String> {
+    pub(super) fn ops(&self, id: &SessionId) -> Vec<String> {
         let log = self.log.lock().unwrap();
         log.iter()
             .filter(|(s, _)| s == id.as_str())

@@ -13,6 +13,7 @@ mod delegated_shape;
 mod discovery;
 mod function;
 mod governance;
+mod kept_transcripts;
 mod names;
 mod scenario;
 

@@ -20,6 +20,16 @@ pub struct RunRequest {
     pub input: String,
     /// Earlier conversation, placed after the system message and before the input.
     pub history: Vec<Message>,
+    /// Whether `history` begins with a standing instruction rather than
+    /// conversation: it is the transcript of an earlier run, handed back
+    /// whole ([`with_transcript`](Self::with_transcript)). The harness does
+    /// not take the caller's word for the instruction: a leading system
+    /// message equal to its own system prompt is kept, and the history's
+    /// `Vec` becomes the run's transcript without a copy; another leading
+    /// system message is replaced by its system prompt (dropped by a
+    /// harness without one); a history that does not begin with a system
+    /// message is all conversation, as when this is `false`.
+    pub leading_instruction: bool,
     /// The run's id; generated when absent.
     pub run_id: Option<RunId>,
     /// The run's cancellation token; a fresh one when absent.
@@ -57,10 +67,24 @@ impl RunRequest {
         self
     }
 
-    /// Sets the earlier conversation.
+    /// Sets the earlier conversation (without a standing instruction).
     #[must_use]
     pub fn with_history(mut self, history: Vec<Message>) -> Self {
         self.history = history;
+        self.leading_instruction = false;
+        self
+    }
+
+    /// Continues `transcript`, the messages of an earlier run of this agent
+    /// (`AgentRun::messages`, its standing instruction first), with the
+    /// input: the run's transcript is `transcript` itself, grown in place,
+    /// when its leading system message is the harness's system prompt (see
+    /// [`leading_instruction`](Self::leading_instruction)). Tool calls in it
+    /// keep their ids; this run's calls number on after them.
+    #[must_use]
+    pub fn with_transcript(mut self, transcript: Vec<Message>) -> Self {
+        self.history = transcript;
+        self.leading_instruction = true;
         self
     }
 

@@ -12,7 +12,7 @@ use crate::compaction::HistoryReducer;
 use crate::definition::AgentDefinition;
 use crate::error::RunError;
 use crate::governance::OmittedTool;
-use crate::session::{ChatTurn, SessionManager, SessionRecord, SessionScope};
+use crate::session::{ChatTurn, SessionManager, SessionRecord, SessionScope, Transcript};
 
 /// How an agent was built.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -235,9 +235,9 @@ impl ActiveAgent {
             .load(scope)
             .await
             .map_err(|source| RunError::Session { source })?;
-        let (mut history, rewritten) = self
-            .agent
-            .run_history(std::mem::take(&mut record.messages), false);
+        let stored = Transcript::conversation_only(std::mem::take(&mut record.messages));
+        let (history, rewritten) = self.agent.run_history(stored, false);
+        let mut history = history.into_conversation();
         let stored = history.len();
         history.append(&mut request.history);
         let given = history.len();

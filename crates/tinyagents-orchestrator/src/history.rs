@@ -10,32 +10,50 @@
 //! otherwise it is rewritten whole, as [`Agent::kept_history`] makes it. A
 //! middleware that changes the history in place, keeping its length, is
 //! not told apart: the session keeps the messages as they were stored.
+//!
+//! A conversation the session manager kept comes as the transcript of the
+//! run that wrote it ([`Transcript`]: its standing instruction first), and
+//! the next run is given that transcript whole
+//! (`RunRequest::leading_instruction`): the harness continues it in place
+//! when the instruction is still its own, so no call copies the
+//! conversation or removes anything from its front.
 
 use tinyagents_core::Message;
 
 use crate::agent::Agent;
 use crate::compaction::HistoryReducer;
+use crate::session::Transcript;
 
 fn is_instruction(message: &Message) -> bool {
     matches!(message, Message::System { .. })
 }
 
-/// `stored` as a run's history under `reducer`: without standing
-/// instructions (skipped when `clean`: a conversation this crate stored
-/// has none), compacted; `true` when that changed it.
+/// The conversation of `stored` as a run's history under `reducer`:
+/// without standing instructions (skipped when `clean`: a conversation this
+/// crate stored has none), compacted; `true` when that changed it. What
+/// comes before the conversation in `stored` stays, unless compaction cuts
+/// the conversation (then the result is the conversation alone).
 pub(crate) fn run_history(
     reducer: Option<&dyn HistoryReducer>,
-    mut stored: Vec<Message>,
+    mut stored: Transcript,
     clean: bool,
-) -> (Vec<Message>, bool) {
+) -> (Transcript, bool) {
     let mut changed = false;
     if !clean {
-        let before = stored.len();
-        stored.retain(|m| !is_instruction(m));
-        changed = stored.len() != before;
+        let (start, before) = (stored.start, stored.messages.len());
+        let mut index = 0;
+        stored.messages.retain(|m| {
+            let keep = index < start || !is_instruction(m);
+            index += 1;
+            keep
+        });
+        changed = stored.messages.len() != before;
     }
     match reducer {
-        Some(reducer) if !reducer.is_reduced(&stored) => (reducer.reduce(stored), true),
+        Some(reducer) if !reducer.is_reduced(stored.conversation()) => {
+            let reduced = reducer.reduce(stored.into_conversation());
+            (Transcript::conversation_only(reduced), true)
+        }
         _ => (stored, changed),
     }
 }
@@ -68,7 +86,7 @@ pub(crate) fn appended_from(
 
 impl Agent {
     /// [`run_history`] under this agent's compaction.
-    pub(crate) fn run_history(&self, stored: Vec<Message>, clean: bool) -> (Vec<Message>, bool) {
+    pub(crate) fn run_history(&self, stored: Transcript, clean: bool) -> (Transcript, bool) {
         run_history(self.reducer.as_deref(), stored, clean)
     }
 
@@ -126,32 +144,68 @@ mod tests {
         assert_eq!(appended_from(Some(&keep3), &messages, 2, 2, "q2"), None);
     }
 
+    /// `run_history` on a conversation alone, as vectors.
+    fn history(
+        reducer: Option<&dyn HistoryReducer>,
+        stored: Vec<Message>,
+        clean: bool,
+    ) -> (Vec<Message>, bool) {
+        let (history, changed) = run_history(reducer, Transcript::conversation_only(stored), clean);
+        assert_eq!(history.start, 0);
+        (history.messages, changed)
+    }
+
     #[test]
     fn run_history_filters_and_compacts_and_says_so() {
         let stored = vec![Message::user("q1"), Message::assistant("a1")];
         assert_eq!(
-            run_history(None, stored.clone(), false),
+            history(None, stored.clone(), false),
             (stored.clone(), false)
         );
         let mut dirty = stored.clone();
         dirty.insert(0, Message::system("old"));
-        assert_eq!(
-            run_history(None, dirty.clone(), false),
-            (stored.clone(), true)
-        );
+        assert_eq!(history(None, dirty.clone(), false), (stored.clone(), true));
         assert!(
-            !run_history(None, dirty.clone(), true).1,
+            !history(None, dirty.clone(), true).1,
             "a clean conversation is not filtered"
         );
         let keep1 = KeepLastMessages::new(1);
         assert_eq!(
-            run_history(Some(&keep1), stored.clone(), true),
+            history(Some(&keep1), stored.clone(), true),
             (vec![Message::assistant("a1")], true)
         );
         let keep2 = KeepLastMessages::new(2);
+        assert_eq!(history(Some(&keep2), stored.clone(), true), (stored, false));
+    }
+
+    #[test]
+    fn run_history_keeps_what_leads_the_conversation_unless_compaction_cuts() {
+        let led = || Transcript {
+            messages: vec![
+                Message::system("sys"),
+                Message::user("q1"),
+                Message::system("stray"),
+                Message::assistant("a1"),
+            ],
+            start: 1,
+        };
+        let (filtered, changed) = run_history(None, led(), false);
+        assert!(changed);
+        assert_eq!(filtered.start, 1);
         assert_eq!(
-            run_history(Some(&keep2), stored.clone(), true),
-            (stored, false)
+            filtered.messages,
+            [
+                Message::system("sys"),
+                Message::user("q1"),
+                Message::assistant("a1")
+            ]
+        );
+        let (kept, changed) = run_history(Some(&KeepLastMessages::new(3)), led(), true);
+        assert_eq!((kept.start, kept.messages.len(), changed), (1, 4, false));
+        let (cut, changed) = run_history(Some(&KeepLastMessages::new(1)), led(), true);
+        assert_eq!(
+            (cut.start, cut.messages, changed),
+            (0, vec![Message::assistant("a1")], true)
         );
     }
 }

@@ -30,7 +30,7 @@ use tinytools::{Tool, ToolCallOptions, ToolRunContext, ToolSpec};
 
 use crate::agent::Agent;
 use crate::error::AgentToolError;
-use crate::session::{SESSION_PROPERTY, SessionManager, SessionRecord, SessionScope};
+use crate::session::{SESSION_PROPERTY, SessionManager, SessionRecord, SessionScope, Transcript};
 
 /// The separator between a parent run id and a call id in a child run id.
 pub const CHILD_RUN_SEPARATOR: &str = "::";
@@ -225,13 +225,17 @@ impl AgentAsTool {
             Some((scope, _)) => Some(self.sessions.lock(&scope.id).await),
             None => None,
         };
-        let (mut record, kept) = match &child {
+        let (mut record, stored, kept) = match &child {
             Some((scope, _)) => self
                 .sessions
                 .check_out(scope)
                 .await
                 .map_err(session_error)?,
-            None => (SessionRecord::new(SessionId::new("")), false),
+            None => (
+                SessionRecord::new(SessionId::new("")),
+                Transcript::default(),
+                false,
+            ),
         };
         match &child {
             Some((scope, _)) => scope.write_to(&mut properties),
@@ -239,12 +243,14 @@ impl AgentAsTool {
                 properties.remove(SESSION_PROPERTY);
             }
         }
-        let (history, rewritten) = self
-            .agent
-            .run_history(std::mem::take(&mut record.messages), kept);
-        let history_len = history.len();
+        // A kept conversation comes as the transcript of the run that wrote
+        // it, standing instruction first: the harness continues it in place
+        // when that instruction is still its own.
+        let (history, rewritten) = self.agent.run_history(stored, kept);
+        let history_len = history.conversation().len();
         let mut request = RunRequest::new(query);
-        request.history = history;
+        request.leading_instruction = history.start > 0;
+        request.history = history.messages;
         request.run_id =
             Some(context.map_or_else(RunId::generate, |c| child_run_id(c.run_id(), c.call_id())));
         request.cancel =
@@ -290,23 +296,24 @@ impl AgentAsTool {
             record.parent = Some(parent.id.clone());
             record.agent_id = Some(agent_id.clone());
             record.conversation.clone_from(name);
-            let mut messages = run.messages;
-            let new_from = match appended {
-                Some(start) => {
-                    // Drops the standing instruction (`start` counts it):
-                    // the first `history_len` messages are then the
-                    // stored conversation.
-                    messages.drain(..start - history_len);
-                    Some(history_len)
-                }
-                None => {
-                    messages = self.agent.kept_history(messages);
-                    None
-                }
+            // The transcript is kept whole: the conversation starts after
+            // the run's standing instruction (`start` counts it), so
+            // nothing is removed from its front.
+            let (transcript, new_from) = match appended {
+                Some(start) => (
+                    Transcript {
+                        messages: run.messages,
+                        start: start - history_len,
+                    },
+                    Some(start),
+                ),
+                None => (
+                    Transcript::conversation_only(self.agent.kept_history(run.messages)),
+                    None,
+                ),
             };
-            record.messages = messages;
             self.sessions
-                .write_back(scope, record, new_from)
+                .write_back(scope, record, transcript, new_from)
                 .await
                 .map_err(session_error)?;
         }

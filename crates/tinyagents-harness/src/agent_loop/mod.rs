@@ -11,6 +11,7 @@ mod batch;
 mod checkpoint;
 mod ledger;
 pub(crate) mod nested;
+mod opening;
 mod resume;
 mod resume_check;
 mod serve;
@@ -169,22 +170,12 @@ impl AgentHarness {
         ctx.properties = Arc::new(request.properties);
         ctx.extensions = request.extensions;
         ctx.extensions.insert(Arc::clone(&self.tools));
-        let mut messages = Vec::with_capacity(request.history.len() + 2);
-        if let Some(prompt) = &self.system_prompt {
-            messages.push(Message::system(prompt.clone()));
-        }
-        // Calls of an earlier conversation keep their ids; this run's
-        // calls number on from them, so no id repeats in the transcript.
-        let earlier_calls = request
-            .history
-            .iter()
-            .map(|m| match m {
-                Message::Assistant { tool_calls, .. } => tool_calls.len() as u64,
-                _ => 0,
-            })
-            .sum();
-        messages.extend(request.history);
-        messages.push(Message::user(request.input));
+        let (messages, earlier_calls) = opening::opening(
+            self.system_prompt.as_deref(),
+            request.history,
+            request.leading_instruction,
+            request.input,
+        );
         let mut state = State::new(messages);
         state.calls_issued = earlier_calls;
         (ctx, state)

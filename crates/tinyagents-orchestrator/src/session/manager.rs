@@ -10,7 +10,7 @@ use parking_lot::Mutex;
 use tinyagents_core::{Message, SessionId};
 use tokio::sync::OwnedMutexGuard;
 
-use super::kept::Kept;
+use super::kept::{Kept, Transcript};
 use super::{
     ChatTurn, InMemorySessionStore, SessionError, SessionRecord, SessionScope, SessionStamp,
     SessionStore,
@@ -128,42 +128,50 @@ impl SessionManager {
     }
 
     /// The session of `scope` for one call on it, which holds its
-    /// [`lock`](Self::lock): the conversation this manager kept when the
-    /// store's stamp is still the one its last write returned (`true`),
-    /// else the stored one, or an empty record when it was never saved
-    /// (`false`). A kept conversation is handed out once; the call gives
-    /// it back with [`write_back`](Self::write_back).
+    /// [`lock`](Self::lock): the conversation this manager kept, as the
+    /// transcript of the run that wrote it, when the store's stamp is still
+    /// the one its last write returned (`true`), else the stored one, or an
+    /// empty one when it was never saved (`false`). The record's own
+    /// `messages` are empty: the conversation is the transcript's. A kept
+    /// conversation is handed out once; the call gives it back with
+    /// [`write_back`](Self::write_back).
     pub(crate) async fn check_out(
         &self,
         scope: &SessionScope,
-    ) -> Result<(SessionRecord, bool), SessionError> {
+    ) -> Result<(SessionRecord, Transcript, bool), SessionError> {
         let kept = self.kept_for(scope).lock().take(&scope.id);
-        if let Some((stamp, record)) = kept
+        if let Some((stamp, record, transcript)) = kept
             && self.store_for(scope).stamp(&scope.id).await? == Some(stamp)
         {
-            return Ok((record, true));
+            return Ok((record, transcript, true));
         }
-        Ok((self.load(scope).await?, false))
+        let mut record = self.load(scope).await?;
+        let conversation = std::mem::take(&mut record.messages);
+        Ok((record, Transcript::conversation_only(conversation), false))
     }
 
-    /// Stores `record`, checked out at `record.revision`, after a call on
-    /// it: with `new_from`, appends its messages from there on (the ones
-    /// before are what the store holds) and keeps it for the next
-    /// [`check_out`](Self::check_out); without, saves it whole.
+    /// Stores the conversation of `transcript` as the session `record`
+    /// (checked out at `record.revision`) after a call on it: with
+    /// `new_from`, appends the transcript's messages from there on (the
+    /// conversation before them is what the store holds) and keeps the
+    /// transcript for the next [`check_out`](Self::check_out); without,
+    /// saves the conversation whole.
     pub(crate) async fn write_back(
         &self,
         scope: &SessionScope,
         mut record: SessionRecord,
+        transcript: Transcript,
         new_from: Option<usize>,
     ) -> Result<(), SessionError> {
         let Some(from) = new_from else {
+            record.messages = transcript.into_conversation();
             self.save(scope, &record).await?;
             return Ok(());
         };
-        let added = record.messages.get(from..).unwrap_or(&[]);
+        let added = transcript.messages.get(from..).unwrap_or(&[]);
         let stamp = self.append(scope, record.revision, added).await?;
         record.revision = stamp.revision;
-        self.kept_for(scope).lock().put(stamp, record);
+        self.kept_for(scope).lock().put(stamp, record, transcript);
         Ok(())
     }
 

@@ -24,6 +24,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use tinyagents_core::{AgentId, Message, SessionId};
 
+pub(crate) use kept::Transcript;
 pub use manager::SessionManager;
 pub use memory::InMemorySessionStore;
 pub use sqlite::{SESSION_APPLICATION_ID, SESSION_SCHEMA_VERSION, SqliteSessionStore};
