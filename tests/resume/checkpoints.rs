@@ -256,12 +256,24 @@ async fn i11_6_each_turn_appends_what_it_added_and_compaction_keeps_the_bytes_li
         .collect();
     // An entry holds one turn's two messages and the counters, whatever
     // the turn; a base is written again only when the entries since the
-    // last one outweigh it, so there are few, each about twice the last.
+    // last one outweigh it three times, so there are few, each about four
+    // times the last.
     let largest = entries.iter().max().copied().unwrap();
     assert!(largest < 700, "entries of {largest} bytes");
     assert!(entries.len() > turns * 9 / 10, "{} entries", entries.len());
     assert!(bases.len() <= 16, "{} bases: {bases:?}", bases.len());
     let last_base = *bases.last().unwrap();
+    // What the ledger holds is the last base and the entries since: at
+    // most four times the base.
+    let held: usize = writes
+        .iter()
+        .rev()
+        .map_while(|w| match w {
+            Write::Entry(bytes) => Some(*bytes),
+            Write::Base(_) | Write::Failed => None,
+        })
+        .sum();
+    assert!(held <= 3 * last_base + largest, "{held} bytes of entries after a base of {last_base}");
     let written: usize = entries.iter().sum::<usize>() + bases.iter().sum::<usize>();
     // Amortised, a turn writes its entry and about as much again of
     // bases.

@@ -3,8 +3,10 @@
 //! each later turn appends only what it added: the new messages, serialised
 //! from the transcript itself (never a copy of it), and the run's small
 //! counters. A compaction writes a new base when the entries appended since
-//! the last one outweigh it, so the bytes written per turn stay bounded by
-//! what the turn added (amortised), whatever the run's length.
+//! the last one outweigh it [`COMPACT_AFTER`] times, so the bytes written
+//! per turn stay bounded by what the turn added (amortised, about
+//! `1 + 1 / COMPACT_AFTER` times over), whatever the run's length, and a
+//! stored checkpoint holds at most `1 + COMPACT_AFTER` times the state.
 //!
 //! A new base is also written when the transcript no longer extends what was
 //! persisted: it is shorter, or its last persisted message changed (a hook
@@ -31,6 +33,12 @@ use super::ledger::guarded;
 use crate::harness::AgentHarness;
 use crate::run::{SUSPENDED_RUN_FORMAT, SuspendedRun};
 
+/// How many times the entries since a base may outweigh it before the
+/// next checkpoint compacts them into a new base. Every message is written
+/// once in an entry and again in each later base, so a larger factor
+/// writes less per turn and keeps more to read back.
+const COMPACT_AFTER: usize = 3;
+
 /// What the run segment has persisted of its checkpoint.
 pub(crate) struct CheckpointCursor {
     /// The transcript's length at the last checkpoint.
@@ -43,6 +51,8 @@ pub(crate) struct CheckpointCursor {
     /// Bytes of the base, and of the entries appended since.
     base_bytes: usize,
     appended_bytes: usize,
+    /// The size of the last entry, to size the next one's buffer.
+    last_entry_bytes: usize,
 }
 
 /// The base: a [`SuspendedRun`] with no suspended turn, serialised from
@@ -165,17 +175,24 @@ impl<'h> Run<'h> {
             active_ms: self.active_ms(),
             replay_blocked: Cow::Borrowed(replay_blocked),
         };
-        let bytes = match serde_json::to_vec(&entry) {
-            Ok(bytes) => bytes,
-            Err(error) => return Some(Err(error.to_string())),
-        };
-        // Compaction: a base once the entries would outweigh it.
-        (cursor.appended_bytes + bytes.len() <= cursor.base_bytes).then_some(Ok(bytes))
+        let mut bytes = Vec::with_capacity(cursor.last_entry_bytes.next_power_of_two());
+        if let Err(error) = serde_json::to_writer(&mut bytes, &entry) {
+            return Some(Err(error.to_string()));
+        }
+        // Compaction: a base once the entries would outweigh it enough.
+        (cursor.appended_bytes + bytes.len() <= cursor.base_bytes.saturating_mul(COMPACT_AFTER))
+            .then_some(Ok(bytes))
     }
 
     /// The whole checkpoint, serialised from the run's own fields.
     fn base_bytes(&self, replay_blocked: &[CallId]) -> serde_json::Result<Vec<u8>> {
-        serde_json::to_vec(&BaseRef {
+        // About the size of the checkpoint it replaces.
+        let size = self
+            .cursor
+            .as_ref()
+            .map_or(0, |c| c.base_bytes + c.appended_bytes);
+        let mut bytes = Vec::with_capacity(size);
+        serde_json::to_writer(&mut bytes, &BaseRef {
             format: SUSPENDED_RUN_FORMAT,
             run_id: &self.ctx.run_id,
             state: &self.state,
@@ -185,7 +202,8 @@ impl<'h> Run<'h> {
             properties: &self.ctx.properties,
             depth: self.ctx.depth,
             replay_blocked,
-        })
+        })?;
+        Ok(bytes)
     }
 
     fn active_ms(&self) -> u64 {
@@ -201,6 +219,7 @@ impl<'h> Run<'h> {
             depth: self.ctx.depth,
             base_bytes: bytes,
             appended_bytes: 0,
+            last_entry_bytes: 0,
         });
     }
 
@@ -213,6 +232,7 @@ impl<'h> Run<'h> {
                 cursor.last = messages.last().cloned();
             }
             cursor.appended_bytes += bytes;
+            cursor.last_entry_bytes = bytes;
         }
     }
 }
