@@ -570,6 +570,17 @@ impl EffectLedger for NestedRowsFail {
     async fn unfinished_runs(&self) -> tinyagents::ledger::LedgerResult<Vec<RunId>> {
         self.0.unfinished_runs().await
     }
+    async fn in_doubt(&self) -> tinyagents::ledger::LedgerResult<Vec<tinyagents::ledger::InDoubt>> {
+        self.0.in_doubt().await
+    }
+    async fn resolve(
+        &self,
+        run: &RunId,
+        call: &tinyagents::CallId,
+        resolve: &tinyagents::ledger::Resolve,
+    ) -> tinyagents::ledger::LedgerResult<()> {
+        self.0.resolve(run, call, resolve).await
+    }
     async fn save_checkpoint(
         &self,
         run: &RunId,

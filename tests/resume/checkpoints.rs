@@ -65,6 +65,17 @@ impl EffectLedger for Recorder {
     async fn unfinished_runs(&self) -> LedgerResult<Vec<RunId>> {
         self.inner.unfinished_runs().await
     }
+    async fn in_doubt(&self) -> LedgerResult<Vec<tinyagents::InDoubt>> {
+        self.inner.in_doubt().await
+    }
+    async fn resolve(
+        &self,
+        run: &RunId,
+        call: &CallId,
+        resolve: &tinyagents::Resolve,
+    ) -> LedgerResult<()> {
+        self.inner.resolve(run, call, resolve).await
+    }
     async fn begin_run(&self, run: &RunId) -> LedgerResult<()> {
         self.inner.begin_run(run).await
     }
@@ -273,7 +284,10 @@ async fn i11_6_each_turn_appends_what_it_added_and_compaction_keeps_the_bytes_li
             Write::Base(_) | Write::Failed => None,
         })
         .sum();
-    assert!(held <= 3 * last_base + largest, "{held} bytes of entries after a base of {last_base}");
+    assert!(
+        held <= 3 * last_base + largest,
+        "{held} bytes of entries after a base of {last_base}"
+    );
     let written: usize = entries.iter().sum::<usize>() + bases.iter().sum::<usize>();
     // Amortised, a turn writes its entry and about as much again of
     // bases.

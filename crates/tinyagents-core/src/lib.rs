@@ -18,6 +18,7 @@ mod event;
 mod extensions;
 mod hash;
 mod ids;
+mod key;
 mod limits;
 mod message;
 mod model;
@@ -32,6 +33,7 @@ pub use event::{AgentEvent, RunStatus};
 pub use extensions::{Approvals, Extensions};
 pub use hash::{args_hash, canonical_json};
 pub use ids::{AgentId, CallId, RunId, SessionId};
+pub use key::IdempotencyKey;
 pub use limits::{LimitBehavior, LimitKind, RunLimits, Usage};
 pub use message::Message;
 pub use model::{

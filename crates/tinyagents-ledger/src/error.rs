@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use tinyagents_core::{CallId, RunId};
 
+use crate::resolution::{Effect, ResolvedBy};
 use crate::row::CallStatus;
 
 /// The policy the harness applies when the started row of a call cannot be
@@ -196,6 +197,33 @@ pub enum LedgerError {
     NoCheckpoint {
         /// The run.
         run: RunId,
+    },
+    /// `resolve` of a call whose effect is known already: it settled with a
+    /// result or a failure, or it is deferred (it did not act).
+    #[error(
+        "call {call} of run {run} is not in doubt ({status}); only a started call, or one \
+         answered \"interrupted, outcome unknown\", can be resolved"
+    )]
+    NotInDoubt {
+        /// The run.
+        run: RunId,
+        /// The call.
+        call: CallId,
+        /// Its status.
+        status: CallStatus,
+    },
+    /// `resolve` of a call whose effect was already found out (happened or
+    /// not): a decision is recorded once.
+    #[error("call {call} of run {run} was resolved before by {by}: {effect}")]
+    AlreadyResolved {
+        /// The run.
+        run: RunId,
+        /// The call.
+        call: CallId,
+        /// Who resolved it.
+        by: ResolvedBy,
+        /// What they found.
+        effect: Effect,
     },
     /// A checkpoint older than the one stored (a stale writer).
     #[error("run {run}: checkpoint version {offered} is older than the stored version {stored}")]

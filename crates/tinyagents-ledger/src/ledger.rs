@@ -7,6 +7,7 @@ use tinyagents_core::{CallId, RunId};
 
 use crate::clock::Timestamp;
 use crate::error::LedgerResult;
+use crate::resolution::{InDoubt, Resolve};
 use crate::row::{LedgerRow, Outcome, StartedRow};
 
 /// A run's state saved at a turn boundary, as read back: a base and the
@@ -53,6 +54,9 @@ pub struct PruneReport {
     pub rows: u64,
     /// Checkpoints removed.
     pub checkpoints: u64,
+    /// Finished runs in the cut-off that were kept because they hold calls
+    /// whose effect is unknown ([`LedgerRow::is_unresolved`]).
+    pub kept_unresolved: u64,
 }
 
 /// A ledger shared by the harness and its tasks.
@@ -129,10 +133,42 @@ pub trait EffectLedger: Send + Sync {
         outcome: &Outcome,
     ) -> LedgerResult<()>;
 
-    /// The run's calls that started and never settled (in doubt: status
-    /// started), in the order they first started. Deferred rows are not
-    /// listed: their calls did not act.
+    /// The run's calls whose effect is unknown ([`LedgerRow::is_unresolved`]):
+    /// started and never settled, or answered "interrupted, outcome unknown"
+    /// (a `ToolReplay::Never` call) with no known resolution. In the order
+    /// they first started. Deferred rows are not listed: their calls did not
+    /// act.
     async fn unresolved(&self, run: &RunId) -> LedgerResult<Vec<LedgerRow>>;
+
+    /// Every call whose effect is unknown, across every run, finished or
+    /// not, oldest start first: with its idempotency key and its age by the
+    /// ledger's clock. What a person looks at to find out whether money
+    /// moved.
+    async fn in_doubt(&self) -> LedgerResult<Vec<InDoubt>>;
+
+    /// Records what became known of a call whose effect was unknown: a
+    /// tool's reconciliation or a person ([`Resolve`]), with who and when
+    /// (the ledger's clock). Durable when it returns `Ok`.
+    ///
+    /// - A started row (in doubt) settles: [`Found::Happened`] completes it
+    ///   with the result found (which answers the call from then on),
+    ///   [`Found::NotHappened`] makes it deferred (it did not act, and may
+    ///   start again if its run goes on), [`Found::Unknown`] settles it
+    ///   interrupted ("interrupted, outcome unknown", still unresolved).
+    /// - An interrupted row keeps its status and result and records the
+    ///   resolution; once a known effect is recorded it is refused
+    ///   ([`LedgerError::AlreadyResolved`]).
+    /// - A completed, failed or deferred row is not in doubt
+    ///   ([`LedgerError::NotInDoubt`]); no row is
+    ///   [`LedgerError::NotStarted`].
+    ///
+    /// [`Found::Happened`]: crate::Found::Happened
+    /// [`Found::NotHappened`]: crate::Found::NotHappened
+    /// [`Found::Unknown`]: crate::Found::Unknown
+    /// [`LedgerError::AlreadyResolved`]: crate::LedgerError::AlreadyResolved
+    /// [`LedgerError::NotInDoubt`]: crate::LedgerError::NotInDoubt
+    /// [`LedgerError::NotStarted`]: crate::LedgerError::NotStarted
+    async fn resolve(&self, run: &RunId, call: &CallId, resolve: &Resolve) -> LedgerResult<()>;
 
     /// One call's row, settled or not.
     async fn get(&self, run: &RunId, call: &CallId) -> LedgerResult<Option<LedgerRow>>;
@@ -140,10 +176,13 @@ pub trait EffectLedger: Send + Sync {
     /// Every row of the run, in the order the calls first started.
     async fn rows(&self, run: &RunId) -> LedgerResult<Vec<LedgerRow>>;
 
-    /// The runs that have rows or a checkpoint and are not marked finished:
-    /// where recovery starts after a restart. Sorted by run id. A run with
-    /// only a claim ([`begin_run`](Self::begin_run)) is not listed: there is
-    /// nothing to recover.
+    /// The runs that need someone: those with rows or a checkpoint that are
+    /// not marked finished (where recovery starts after a restart), and
+    /// those marked finished that still hold calls whose effect is unknown
+    /// ([`LedgerRow::is_unresolved`]), until each is settled or resolved.
+    /// Sorted by run id. A run with only a claim
+    /// ([`begin_run`](Self::begin_run)) is not listed: there is nothing to
+    /// recover. [`run_state`](Self::run_state) tells the two kinds apart.
     async fn unfinished_runs(&self) -> LedgerResult<Vec<RunId>>;
 
     /// Claims a new run id. Refused with [`LedgerError::RunExists`] when the
@@ -198,7 +237,9 @@ pub trait EffectLedger: Send + Sync {
     /// Removes the rows, checkpoints (base and entries) and claims of every
     /// run marked finished at or before `finished_before` (retention: pass now minus the retention
     /// period, or [`Timestamp::MAX`] for every finished run). Unfinished runs
-    /// are never pruned.
+    /// are never pruned, and neither is a finished run that holds a call
+    /// whose effect is unknown ([`PruneReport::kept_unresolved`] counts
+    /// them): an unresolved row is never deleted.
     async fn prune_finished(&self, finished_before: Timestamp) -> LedgerResult<PruneReport>;
 
     /// Makes every write acknowledged so far durable, and reports the

@@ -32,6 +32,7 @@ pub mod conformance;
 mod error;
 mod ledger;
 mod memory;
+mod resolution;
 mod row;
 mod rules;
 mod sqlite;
@@ -40,6 +41,7 @@ pub use clock::{Clock, ManualClock, SharedClock, SystemClock, Timestamp};
 pub use error::{CallIdentity, LedgerError, LedgerFailure, LedgerResult};
 pub use ledger::{Checkpoint, EffectLedger, PruneReport, RunState, SharedLedger};
 pub use memory::MemoryLedger;
+pub use resolution::{Effect, Found, InDoubt, Resolution, Resolve, ResolvedBy};
 pub use row::{CallStatus, DEFAULT_MAX_RESULT_BYTES, LedgerRow, Outcome, StartedRow, StoredResult};
 pub use sqlite::{
     APPLICATION_ID, CommitHook, CommitPoint, SCHEMA_VERSION, SqliteLedger, SqliteOptions,

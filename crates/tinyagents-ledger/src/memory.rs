@@ -12,8 +12,9 @@ use tinyagents_core::{CallId, RunId};
 use crate::clock::{Clock, SharedClock, Timestamp, system_clock};
 use crate::error::{LedgerError, LedgerResult};
 use crate::ledger::{Checkpoint, EffectLedger, PruneReport, RunState};
+use crate::resolution::{InDoubt, Resolution, Resolve};
 use crate::row::{DEFAULT_MAX_RESULT_BYTES, LedgerRow, Outcome, StartedRow, StoredResult};
-use crate::rules::{self, Existing, Start};
+use crate::rules::{self, Existing, ResolveWrite, Start};
 
 /// What the ledger holds for one run.
 #[derive(Debug, Default)]
@@ -37,6 +38,11 @@ impl RunEntry {
             || self.checkpoint.is_some()
             || self.finished_at.is_some()
             || self.claimed_at.is_some()
+    }
+
+    /// Whether a row of the run has an unknown effect.
+    fn has_unresolved(&self) -> bool {
+        self.rows.iter().any(LedgerRow::is_unresolved)
     }
 }
 
@@ -155,10 +161,60 @@ impl EffectLedger for MemoryLedger {
             entry
                 .rows
                 .iter()
-                .filter(|row| row.is_in_doubt())
+                .filter(|row| row.is_unresolved())
                 .cloned()
                 .collect()
         }))
+    }
+
+    async fn in_doubt(&self) -> LedgerResult<Vec<InDoubt>> {
+        let now = self.clock.now();
+        let mut listed: Vec<InDoubt> = self
+            .runs
+            .iter()
+            .flat_map(|entry| {
+                let finished = entry.finished_at.is_some();
+                entry
+                    .rows
+                    .iter()
+                    .filter(|row| row.is_unresolved())
+                    .map(|row| InDoubt::of(row.clone(), now, finished))
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        listed.sort_by(|a, b| {
+            (a.row.started_at, &a.row.run_id, &a.row.call_id).cmp(&(
+                b.row.started_at,
+                &b.row.run_id,
+                &b.row.call_id,
+            ))
+        });
+        Ok(listed)
+    }
+
+    async fn resolve(&self, run: &RunId, call: &CallId, resolve: &Resolve) -> LedgerResult<()> {
+        let now = self.clock.now();
+        let mut entry = self.runs.get_mut(run);
+        let row = entry.as_deref_mut().and_then(|entry| {
+            let at = *entry.index.get(call)?;
+            entry.rows.get_mut(at)
+        });
+        let write =
+            rules::check_resolve(run, call, row.as_deref(), resolve, self.max_result_bytes)?;
+        if let Some(row) = row {
+            if let ResolveWrite::Settle { status, result } = write {
+                row.status = status;
+                row.settled_at = Some(now);
+                row.result = Some(result);
+            }
+            row.resolution = Some(Resolution {
+                effect: resolve.found.effect(),
+                by: resolve.by.clone(),
+                at: now,
+                note: resolve.note.clone(),
+            });
+        }
+        Ok(())
     }
 
     async fn get(&self, run: &RunId, call: &CallId) -> LedgerResult<Option<LedgerRow>> {
@@ -180,8 +236,9 @@ impl EffectLedger for MemoryLedger {
             .runs
             .iter()
             .filter(|entry| {
-                entry.finished_at.is_none()
-                    && (!entry.rows.is_empty() || entry.checkpoint.is_some())
+                (entry.finished_at.is_none()
+                    && (!entry.rows.is_empty() || entry.checkpoint.is_some()))
+                    || entry.has_unresolved()
             })
             .map(|entry| entry.key().clone())
             .collect();
@@ -257,7 +314,9 @@ impl EffectLedger for MemoryLedger {
     async fn prune_finished(&self, finished_before: Timestamp) -> LedgerResult<PruneReport> {
         let mut report = PruneReport::default();
         self.runs.retain(|_, entry| {
-            let prune = entry.finished_at.is_some_and(|at| at <= finished_before);
+            let due = entry.finished_at.is_some_and(|at| at <= finished_before);
+            let prune = due && !entry.has_unresolved();
+            report.kept_unresolved += u64::from(due && !prune);
             if prune {
                 report.runs += 1;
                 report.rows += u64::try_from(entry.rows.len()).unwrap_or(u64::MAX);

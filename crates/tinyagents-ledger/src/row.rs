@@ -8,6 +8,7 @@ use serde_json::Value;
 use tinyagents_core::{CallId, RunId, ToolControl, ToolReplay, ToolResult};
 
 use crate::clock::Timestamp;
+use crate::resolution::Resolution;
 
 /// The default cut of a stored result's content: 64 KiB.
 pub const DEFAULT_MAX_RESULT_BYTES: usize = 64 * 1024;
@@ -281,6 +282,10 @@ pub struct LedgerRow {
     /// The stored result, present once the row settled; for a deferred row,
     /// its reason.
     pub result: Option<StoredResult>,
+    /// What a tool's reconciliation or a person last found out about the
+    /// call's effect, when the row was in doubt. A restart keeps it (it says
+    /// why the call ran again).
+    pub resolution: Option<Resolution>,
 }
 
 impl LedgerRow {
@@ -298,6 +303,7 @@ impl LedgerRow {
             started_at: at,
             settled_at: None,
             result: None,
+            resolution: None,
         }
     }
 
@@ -305,6 +311,27 @@ impl LedgerRow {
     /// row is not: it did not act).
     pub fn is_in_doubt(&self) -> bool {
         self.status.is_in_doubt()
+    }
+
+    /// Whether nobody knows yet what the call's effect was: it is in doubt
+    /// (started and never settled), or it was answered "interrupted,
+    /// outcome unknown" and its tool must not repeat (`ToolReplay::Never`)
+    /// and no reconciliation or person has said whether it happened. Such a
+    /// row keeps its run in `unfinished_runs`, is listed by `unresolved` and
+    /// `in_doubt`, and is never pruned. An interrupted replay-safe call is
+    /// resolved by its class: running it again is harmless.
+    pub fn is_unresolved(&self) -> bool {
+        match self.status {
+            CallStatus::Started => true,
+            CallStatus::Interrupted => {
+                self.replay == ToolReplay::Never
+                    && self
+                        .resolution
+                        .as_ref()
+                        .is_none_or(|resolution| !resolution.effect.is_known())
+            }
+            CallStatus::Completed | CallStatus::Failed | CallStatus::Deferred => false,
+        }
     }
 
     /// Counts one more start of an existing row (a restart): status back to

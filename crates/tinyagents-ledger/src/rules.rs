@@ -1,10 +1,11 @@
 //! The state machine of a row, shared by every backend so that they refuse
 //! the same things with the same errors.
 
-use tinyagents_core::{CallId, RunId, ToolReplay};
+use tinyagents_core::{CallId, RunId, ToolReplay, ToolResult};
 
 use crate::error::{CallIdentity, LedgerError, LedgerResult};
-use crate::row::{CallStatus, LedgerRow, StartedRow};
+use crate::resolution::{Found, Resolve};
+use crate::row::{CallStatus, LedgerRow, StartedRow, StoredResult};
 
 /// What a backend knows of an existing row when the same call starts again.
 #[derive(Debug)]
@@ -132,6 +133,80 @@ pub(crate) fn check_settle(
             call: call.clone(),
             status,
         }),
+    }
+}
+
+/// What a permitted `resolve` writes, besides the resolution itself.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum ResolveWrite {
+    /// A row still in doubt settles: completed with the result found,
+    /// deferred (it never acted), or interrupted (still unknown).
+    Settle {
+        status: CallStatus,
+        result: StoredResult,
+    },
+    /// An interrupted row keeps its status and result; only the resolution
+    /// is recorded.
+    Record,
+}
+
+/// Whether `resolve` may be recorded on `row` (`None`: no row), and what it
+/// writes:
+///
+/// - no row: [`LedgerError::NotStarted`];
+/// - started (in doubt): it settles as [`ResolveWrite::Settle`] says
+///   (`Happened` → completed with its result, `NotHappened` → deferred,
+///   `Unknown` → interrupted);
+/// - interrupted, with no resolution or an unknown one: the resolution is
+///   recorded ([`ResolveWrite::Record`]);
+/// - interrupted with a known effect: [`LedgerError::AlreadyResolved`];
+/// - completed, failed or deferred: [`LedgerError::NotInDoubt`].
+pub(crate) fn check_resolve(
+    run: &RunId,
+    call: &CallId,
+    row: Option<&LedgerRow>,
+    resolve: &Resolve,
+    max_bytes: usize,
+) -> LedgerResult<ResolveWrite> {
+    let Some(row) = row else {
+        return Err(LedgerError::NotStarted {
+            run: run.clone(),
+            call: call.clone(),
+        });
+    };
+    match row.status {
+        CallStatus::Started => {
+            let (status, result) = match &resolve.found {
+                Found::Happened(result) => {
+                    (CallStatus::Completed, StoredResult::cut(result, max_bytes))
+                }
+                Found::NotHappened => (
+                    CallStatus::Deferred,
+                    StoredResult::cut(&ToolResult::text(resolve.settled_text()), max_bytes),
+                ),
+                Found::Unknown => (
+                    CallStatus::Interrupted,
+                    StoredResult::cut(&ToolResult::error(resolve.settled_text()), max_bytes),
+                ),
+            };
+            Ok(ResolveWrite::Settle { status, result })
+        }
+        CallStatus::Interrupted => match &row.resolution {
+            Some(known) if known.effect.is_known() => Err(LedgerError::AlreadyResolved {
+                run: run.clone(),
+                call: call.clone(),
+                by: known.by.clone(),
+                effect: known.effect,
+            }),
+            _ => Ok(ResolveWrite::Record),
+        },
+        status @ (CallStatus::Completed | CallStatus::Failed | CallStatus::Deferred) => {
+            Err(LedgerError::NotInDoubt {
+                run: run.clone(),
+                call: call.clone(),
+                status,
+            })
+        }
     }
 }
 

@@ -10,8 +10,8 @@ use rusqlite::Connection;
 use serde_json::json;
 use tinyagents_core::{CallId, RunId, ToolReplay, ToolResult};
 use tinyagents_ledger::{
-    APPLICATION_ID, CallStatus, EffectLedger, LedgerError, Outcome, RunState, SCHEMA_VERSION,
-    SqliteLedger, SqliteOptions, StartedRow, args_hash,
+    APPLICATION_ID, CallStatus, Effect, EffectLedger, Found, LedgerError, Outcome, Resolve,
+    ResolvedBy, RunState, SCHEMA_VERSION, SqliteLedger, SqliteOptions, StartedRow, args_hash,
 };
 
 async fn open(path: &Path) -> Result<SqliteLedger, LedgerError> {
@@ -361,7 +361,7 @@ fn user_version(path: &Path) -> i64 {
 
 #[tokio::test]
 async fn a_version_1_file_migrates_in_place_and_keeps_its_rows_and_checkpoint() {
-    assert_eq!(SCHEMA_VERSION, 2);
+    assert_eq!(SCHEMA_VERSION, 3);
     let (_dir, path) = temp();
     write_v1_ledger(&path, "");
     let ledger = open(&path).await.unwrap();
@@ -403,6 +403,21 @@ async fn a_version_1_file_migrates_in_place_and_keeps_its_rows_and_checkpoint() 
         ledger.unfinished_runs().await.unwrap(),
         std::slice::from_ref(&r1)
     );
+    // The version-3 columns work on it: the call in doubt is listed, and a
+    // person's resolution settles it.
+    let listed: Vec<String> = ledger
+        .in_doubt()
+        .await
+        .unwrap()
+        .iter()
+        .map(|d| format!("{}:{}", d.row.run_id, d.row.call_id))
+        .collect();
+    assert_eq!(listed, ["r1:p2"]);
+    let found = Found::Happened(ToolResult::text("read 3"));
+    ledger
+        .resolve(&r1, &CallId::new("p2"), &Resolve::by_person("ops", found))
+        .await
+        .unwrap();
     ledger.shutdown().await.unwrap();
     assert_eq!(user_version(&path), SCHEMA_VERSION);
     let again = open(&path).await.unwrap();
@@ -411,6 +426,14 @@ async fn a_version_1_file_migrates_in_place_and_keeps_its_rows_and_checkpoint() 
         (reloaded.version, reloaded.appended),
         (4, vec![b"more".to_vec()])
     );
+    let read = again.get(&r1, &CallId::new("p2")).await.unwrap().unwrap();
+    assert_eq!(read.status, CallStatus::Completed);
+    let resolution = read.resolution.unwrap();
+    assert_eq!(
+        (resolution.effect, resolution.by),
+        (Effect::Happened, ResolvedBy::Person("ops".into()))
+    );
+    assert!(again.in_doubt().await.unwrap().is_empty());
     again.shutdown().await.unwrap();
 }
 

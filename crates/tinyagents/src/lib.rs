@@ -44,8 +44,9 @@ pub use tinyagents_core::*;
 pub use tinyagents_harness::*;
 #[doc(inline)]
 pub use tinyagents_ledger::{
-    CallStatus, Checkpoint, EffectLedger, LedgerError, LedgerFailure, LedgerRow, MemoryLedger,
-    Outcome, PruneReport, RunState, SqliteLedger, SqliteOptions, StartedRow, StoredResult,
+    CallStatus, Checkpoint, EffectLedger, Found, InDoubt, LedgerError, LedgerFailure, LedgerRow,
+    MemoryLedger, Outcome, PruneReport, Resolve, RunState, SqliteLedger, SqliteOptions, StartedRow,
+    StoredResult,
 };
 #[doc(inline)]
 pub use tinyagents_middleware::*;

@@ -18,7 +18,8 @@ mod typed;
 pub use args::{ArgumentError, InvalidArgsPolicy, cut, prepare_arguments, prepare_owned_arguments};
 pub use registry::{ModelDispatch, RegisteredTool, RegistryError, ToolRegistry};
 pub use spec::{SideEffects, ToolErrorPolicy, ToolReplay, ToolSpec};
-pub use tool::{IdempotencyKey, ProgressSink, Tool, ToolCallOptions, ToolProgress, ToolRunContext};
+pub use tinyagents_core::IdempotencyKey;
+pub use tool::{ProgressSink, Reconciled, Tool, ToolCallOptions, ToolProgress, ToolRunContext};
 pub use typed::{ArgsOnly, FnTool, IntoToolResult, ToolHandler, WithContext};
 
 #[cfg(test)]

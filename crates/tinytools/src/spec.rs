@@ -135,6 +135,12 @@ pub struct ToolSpec {
     /// The tool needs a sandbox to run.
     #[serde(default)]
     pub sandboxed: bool,
+    /// With an effect ledger, a call's settled row is made durable before
+    /// its result is folded (one more commit per call), so a crash after
+    /// the call returned never leaves it in doubt. For tools whose effect
+    /// must not repeat (`ToolReplay::Never`) and whose result matters.
+    #[serde(default)]
+    pub durable_settle: bool,
 }
 
 impl ToolSpec {
@@ -155,6 +161,7 @@ impl ToolSpec {
             error_policy: ToolErrorPolicy::ReturnToModel,
             injected: Vec::new(),
             sandboxed: false,
+            durable_settle: false,
         }
     }
 
@@ -228,6 +235,14 @@ impl ToolSpec {
     #[must_use]
     pub fn sandboxed(mut self) -> Self {
         self.sandboxed = true;
+        self
+    }
+
+    /// Makes each call's settled row durable before its result is folded
+    /// ([`ToolSpec::durable_settle`]).
+    #[must_use]
+    pub fn durable_settle(mut self) -> Self {
+        self.durable_settle = true;
         self
     }
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use serde_json::Value;
-use tinyagents_core::{AgentId, CallId, CancellationToken, RunId, ToolResult};
+use tinyagents_core::{AgentId, CallId, CancellationToken, IdempotencyKey, RunId, ToolResult};
 
 use crate::spec::ToolSpec;
 
@@ -34,6 +34,40 @@ pub trait Tool: Send + Sync + 'static {
     fn is_concurrency_safe(&self) -> bool {
         self.spec().concurrency_safe
     }
+
+    /// Whether the effect of a call that a crash left in doubt happened.
+    ///
+    /// Recovery asks this of every in-doubt call of a tool that must not
+    /// repeat (`ToolReplay::Never`), model-issued and nested, before it
+    /// answers the call. `context` names the call: its run and call ids and,
+    /// with them, its [`idempotency_key`](ToolRunContext::idempotency_key),
+    /// which the tool's own system can look up (a payment API's idempotency
+    /// key). It carries no arguments: a nested call's arguments are not
+    /// persisted, only their hash.
+    ///
+    /// - [`Reconciled::Done`]: the effect happened; the result answers the
+    ///   call as if it had returned it, and its row settles with it.
+    /// - [`Reconciled::NotDone`]: it never happened; the call runs once now.
+    /// - [`Reconciled::Unknown`] (the default), an error, a panic or a
+    ///   timeout: the call is answered "interrupted, outcome unknown" and
+    ///   stays listed in doubt for a person.
+    ///
+    /// Answer `NotDone` only when the system is sure: the call will run.
+    async fn reconcile(&self, context: &ToolRunContext) -> anyhow::Result<Reconciled> {
+        let _ = context;
+        Ok(Reconciled::Unknown)
+    }
+}
+
+/// What a tool found out about a call in doubt ([`Tool::reconcile`]).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Reconciled {
+    /// The effect happened; this is the call's result.
+    Done(ToolResult),
+    /// The effect never happened: the call may run now, once.
+    NotDone,
+    /// The tool cannot tell.
+    Unknown,
 }
 
 /// Per-call options the harness passes to a tool.
@@ -69,24 +103,6 @@ pub struct ToolProgress {
 
 /// Where progress reports go.
 pub type ProgressSink = Arc<dyn Fn(ToolProgress) + Send + Sync>;
-
-/// The identity of a call for services that refuse duplicates (a payment
-/// API's idempotency key): the same call replayed gets the same key.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct IdempotencyKey {
-    /// The run.
-    pub run_id: RunId,
-    /// The call.
-    pub call_id: CallId,
-    /// A hash of the prepared arguments.
-    pub args_hash: String,
-}
-
-impl fmt::Display for IdempotencyKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}:{}:{}", self.run_id, self.call_id, self.args_hash)
-    }
-}
 
 /// What the harness tells a tool about the call it runs.
 #[derive(Clone)]

@@ -3,6 +3,8 @@
 
 use std::future::Future;
 use std::marker::PhantomData;
+use std::pin::Pin;
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use schemars::JsonSchema;
@@ -11,7 +13,7 @@ use serde_json::Value;
 use tinyagents_core::ToolResult;
 
 use crate::spec::ToolSpec;
-use crate::tool::{Tool, ToolCallOptions, ToolRunContext};
+use crate::tool::{Reconciled, Tool, ToolCallOptions, ToolRunContext};
 
 /// What a tool function may return.
 pub trait IntoToolResult {
@@ -99,8 +101,17 @@ where
 pub struct FnTool<A, H> {
     spec: ToolSpec,
     handler: H,
+    reconciler: Option<Reconciler>,
     _args: PhantomData<fn(A)>,
 }
+
+/// A [`FnTool`]'s answer to [`Tool::reconcile`], set with
+/// [`FnTool::with_reconcile`].
+type Reconciler = Arc<
+    dyn Fn(ToolRunContext) -> Pin<Box<dyn Future<Output = anyhow::Result<Reconciled>> + Send>>
+        + Send
+        + Sync,
+>;
 
 impl<A, H> std::fmt::Debug for FnTool<A, H> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -140,6 +151,7 @@ where
         Self {
             spec: ToolSpec::new(name, description, derived_schema::<A>()),
             handler: ArgsOnly(f),
+            reconciler: None,
             _args: PhantomData,
         }
     }
@@ -162,6 +174,7 @@ where
         Self {
             spec: ToolSpec::new(name, description, derived_schema::<A>()),
             handler: WithContext(f),
+            reconciler: None,
             _args: PhantomData,
         }
     }
@@ -172,6 +185,22 @@ impl<A, H> FnTool<A, H> {
     #[must_use]
     pub fn map_spec(mut self, f: impl FnOnce(ToolSpec) -> ToolSpec) -> Self {
         self.spec = f(self.spec);
+        self
+    }
+
+    /// Answers [`Tool::reconcile`] with `f`: after a crash, recovery asks
+    /// it whether the call it names (a clone of the call's context, with its
+    /// idempotency key) had its effect. Without it the tool answers
+    /// [`Reconciled::Unknown`].
+    #[must_use]
+    pub fn with_reconcile<Fut>(
+        mut self,
+        f: impl Fn(ToolRunContext) -> Fut + Send + Sync + 'static,
+    ) -> Self
+    where
+        Fut: Future<Output = anyhow::Result<Reconciled>> + Send + 'static,
+    {
+        self.reconciler = Some(Arc::new(move |context| Box::pin(f(context))));
         self
     }
 }
@@ -205,5 +234,12 @@ where
             .call(parsed, context)
             .await
             .map(IntoToolResult::into_tool_result)
+    }
+
+    async fn reconcile(&self, context: &ToolRunContext) -> anyhow::Result<Reconciled> {
+        match &self.reconciler {
+            Some(reconcile) => reconcile(context.clone()).await,
+            None => Ok(Reconciled::Unknown),
+        }
     }
 }

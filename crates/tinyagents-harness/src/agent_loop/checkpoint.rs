@@ -192,17 +192,20 @@ impl<'h> Run<'h> {
             .as_ref()
             .map_or(0, |c| c.base_bytes + c.appended_bytes);
         let mut bytes = Vec::with_capacity(size);
-        serde_json::to_writer(&mut bytes, &BaseRef {
-            format: SUSPENDED_RUN_FORMAT,
-            run_id: &self.ctx.run_id,
-            state: &self.state,
-            turn: [],
-            budget: self.ctx.tracker().counts(),
-            active_ms: self.active_ms(),
-            properties: &self.ctx.properties,
-            depth: self.ctx.depth,
-            replay_blocked,
-        })?;
+        serde_json::to_writer(
+            &mut bytes,
+            &BaseRef {
+                format: SUSPENDED_RUN_FORMAT,
+                run_id: &self.ctx.run_id,
+                state: &self.state,
+                turn: [],
+                budget: self.ctx.tracker().counts(),
+                active_ms: self.active_ms(),
+                properties: &self.ctx.properties,
+                depth: self.ctx.depth,
+                replay_blocked,
+            },
+        )?;
         Ok(bytes)
     }
 

@@ -3,7 +3,8 @@
 //!
 //! The restart table of `docs/effect-ledger.md` (and deferred rows) is in
 //! [`restart`]; run claims, run states and incremental checkpoints in
-//! [`runs`].
+//! [`runs`]; calls in doubt (`resolve`, `in_doubt`, what keeps a run
+//! unfinished and unpruned) in [`doubt`].
 //!
 //! Run [`run_all`] against a fresh ledger built with a result cut of
 //! [`RESULT_LIMIT`] bytes. The checks use their own run ids (fresh per
@@ -24,9 +25,15 @@ use crate::{
     CallStatus, EffectLedger, LedgerError, LedgerResult, Outcome, StartedRow, Timestamp, args_hash,
 };
 
+pub mod doubt;
 pub mod restart;
 pub mod runs;
 
+pub use doubt::{
+    in_doubt_lists_every_unresolved_call_across_runs,
+    resolve_records_once_and_refuses_calls_not_in_doubt, resolve_settles_a_call_in_doubt_as_found,
+    unresolved_calls_keep_a_finished_run_listed_and_unpruned,
+};
 pub use restart::{
     a_deferred_never_call_runs_once_after_it_starts_again,
     a_never_offer_is_refused_on_a_row_in_doubt_but_not_on_a_deferred_one,
@@ -71,6 +78,10 @@ pub async fn run_all(ledger: &dyn EffectLedger) {
     save_checkpoint_compacts_the_appended_entries(ledger).await;
     prune_removes_appended_entries_and_claims(ledger).await;
     a_pruned_run_id_can_be_claimed_again(ledger).await;
+    resolve_settles_a_call_in_doubt_as_found(ledger).await;
+    resolve_records_once_and_refuses_calls_not_in_doubt(ledger).await;
+    unresolved_calls_keep_a_finished_run_listed_and_unpruned(ledger).await;
+    in_doubt_lists_every_unresolved_call_across_runs(ledger).await;
 }
 
 pub(crate) fn ok<T>(result: LedgerResult<T>, what: &str) -> T {
@@ -273,6 +284,16 @@ pub async fn prune_removes_finished_runs_only(ledger: &dyn EffectLedger) {
         );
         ok(ledger.save_checkpoint(run, 1, vec![1]).await, "save");
     }
+    // A finished run whose calls all settled (one in doubt would keep it).
+    for call in ["p1", "p2"] {
+        let outcome = Outcome::Completed(ToolResult::text("ok"));
+        ok(
+            ledger
+                .record_settled(&done, &CallId::new(call), &outcome)
+                .await,
+            "record_settled",
+        );
+    }
     ok(ledger.mark_run_finished(&done).await, "mark_run_finished");
     ok(
         ledger.mark_run_finished(&done).await,
@@ -395,7 +416,13 @@ pub async fn failed_and_interrupted_outcomes_settle(ledger: &dyn EffectLedger) {
         };
         assert_eq!(stored.content, text);
     }
-    assert!(ok(ledger.unresolved(&run).await, "unresolved").is_empty());
+    // The failed call is settled; the interrupted `Never` call's effect is
+    // still unknown, so it stays unresolved until someone resolves it.
+    let unresolved: Vec<String> = ok(ledger.unresolved(&run).await, "unresolved")
+        .iter()
+        .map(|row| row.call_id.to_string())
+        .collect();
+    assert_eq!(unresolved, ["p2"]);
 }
 
 /// A call settles exactly once, and only after it started: a second settle
@@ -431,8 +458,8 @@ pub async fn a_call_settles_once_and_only_after_it_started(ledger: &dyn EffectLe
     );
 }
 
-/// A finished run refuses new starts and is not listed as unfinished; a run
-/// with only a checkpoint is.
+/// A finished run refuses new starts and, once no call of it is in doubt,
+/// is not listed as unfinished; a run with only a checkpoint is.
 pub async fn finished_runs_refuse_starts(ledger: &dyn EffectLedger) {
     let run = fresh_run("finished");
     ok(
@@ -449,6 +476,15 @@ pub async fn finished_runs_refuse_starts(ledger: &dyn EffectLedger) {
             .await,
         Err(LedgerError::RunFinished { .. })
     ));
+    // Its call in doubt keeps it listed until the call is settled.
+    assert!(ok(ledger.unfinished_runs().await, "unfinished_runs").contains(&run));
+    let outcome = Outcome::Completed(ToolResult::text("ok"));
+    ok(
+        ledger
+            .record_settled(&run, &CallId::new("p1"), &outcome)
+            .await,
+        "record_settled",
+    );
     assert!(!ok(ledger.unfinished_runs().await, "unfinished_runs").contains(&run));
     let parked = fresh_run("checkpoint-only");
     ok(ledger.save_checkpoint(&parked, 0, Vec::new()).await, "save");

@@ -1,9 +1,9 @@
 //! Run claims, run states and incremental checkpoints.
 
-use tinyagents_core::{RunId, ToolReplay};
+use tinyagents_core::{CallId, RunId, ToolReplay, ToolResult};
 
 use super::{fresh_run, ok, started};
-use crate::{EffectLedger, LedgerError, RunState, Timestamp};
+use crate::{EffectLedger, LedgerError, Outcome, RunState, Timestamp};
 
 fn assert_run_exists(result: Result<(), LedgerError>, run: &RunId, what: &str) {
     match result {
@@ -234,6 +234,13 @@ pub async fn prune_removes_appended_entries_and_claims(ledger: &dyn EffectLedger
             "append",
         );
     }
+    let outcome = Outcome::Completed(ToolResult::text("ok"));
+    ok(
+        ledger
+            .record_settled(&done, &CallId::new("p1"), &outcome)
+            .await,
+        "record_settled",
+    );
     ok(ledger.mark_run_finished(&done).await, "mark_run_finished");
     ok(ledger.prune_finished(Timestamp::MAX).await, "prune");
     assert!(ok(ledger.load_checkpoint(&done).await, "load").is_none());

@@ -26,6 +26,7 @@ use tokio::sync::{Semaphore, oneshot};
 use crate::clock::{Clock, SharedClock, Timestamp, system_clock};
 use crate::error::{LedgerError, LedgerResult};
 use crate::ledger::{Checkpoint, EffectLedger, PruneReport, RunState};
+use crate::resolution::{InDoubt, Resolve};
 use crate::row::{DEFAULT_MAX_RESULT_BYTES, LedgerRow, Outcome, StartedRow, StoredResult};
 use writer::{Deferred, Reply, Request, Tuning, Writer};
 
@@ -354,6 +355,25 @@ impl EffectLedger for SqliteLedger {
             reply,
         })
         .await
+    }
+
+    async fn in_doubt(&self) -> LedgerResult<Vec<InDoubt>> {
+        self.call(Request::InDoubt).await
+    }
+
+    async fn resolve(&self, run: &RunId, call: &CallId, resolve: &Resolve) -> LedgerResult<()> {
+        self.call(|reply| Request::Resolve {
+            run: run.clone(),
+            call: call.clone(),
+            resolve: resolve.clone(),
+            max_bytes: self.max_result_bytes,
+            reply,
+        })
+        .await?;
+        // A row this handle started and that is now settled or deferred is
+        // no longer in flight; a restart puts it back.
+        self.in_flight.remove(&(run.clone(), call.clone()));
+        Ok(())
     }
 
     async fn get(&self, run: &RunId, call: &CallId) -> LedgerResult<Option<LedgerRow>> {

@@ -9,6 +9,7 @@
 use rusqlite::{Connection, OptionalExtension, params};
 use tinyagents_core::RunId;
 
+use super::schema::UNRESOLVED;
 use super::store::{db, millis, timestamp};
 use crate::clock::Timestamp;
 use crate::error::{LedgerError, LedgerResult};
@@ -66,16 +67,29 @@ pub(crate) fn finish(conn: &Connection, run: &RunId, now: Timestamp) -> LedgerRe
     Ok(())
 }
 
-/// Deletes everything of the runs finished at or before `cutoff`.
+/// Deletes everything of the runs finished at or before `cutoff`, except
+/// the runs that hold a call whose effect is unknown: those are kept whole
+/// and counted.
 pub(crate) fn prune(conn: &Connection, cutoff: Timestamp) -> LedgerResult<PruneReport> {
     let op = "prune_finished";
     let cutoff = millis(cutoff);
+    let prunable = format!(
+        "SELECT run_id FROM runs WHERE finished_at <= ?1 \
+         AND run_id NOT IN (SELECT run_id FROM calls WHERE {UNRESOLVED})"
+    );
+    let kept: i64 = conn
+        .query_row(
+            &format!(
+                "SELECT COUNT(*) FROM runs WHERE finished_at <= ?1 \
+                 AND run_id IN (SELECT run_id FROM calls WHERE {UNRESOLVED})"
+            ),
+            [cutoff],
+            |row| row.get(0),
+        )
+        .map_err(db(op))?;
     let delete = |table: &str| {
         conn.execute(
-            &format!(
-                "DELETE FROM {table} WHERE run_id IN \
-                 (SELECT run_id FROM runs WHERE finished_at <= ?1)"
-            ),
+            &format!("DELETE FROM {table} WHERE run_id IN ({prunable})"),
             [cutoff],
         )
         .map_err(db(op))
@@ -84,24 +98,25 @@ pub(crate) fn prune(conn: &Connection, cutoff: Timestamp) -> LedgerResult<PruneR
     let checkpoints = delete("checkpoints")?;
     delete("checkpoint_entries")?;
     delete("claims")?;
-    let runs = conn
-        .execute("DELETE FROM runs WHERE finished_at <= ?1", [cutoff])
-        .map_err(db(op))?;
+    let runs = delete("runs")?;
     let count = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
     Ok(PruneReport {
         runs: count(runs),
         rows: count(rows),
         checkpoints: count(checkpoints),
+        kept_unresolved: u64::try_from(kept).unwrap_or(0),
     })
 }
 
 /// Runs with rows or a checkpoint and no finished mark (a claim alone is
-/// not listed: there is nothing to recover).
+/// not listed: there is nothing to recover), and finished runs that hold a
+/// call whose effect is unknown.
 pub(crate) fn unfinished_runs(conn: &Connection) -> LedgerResult<Vec<RunId>> {
-    conn.prepare_cached(
+    conn.prepare_cached(&format!(
         "SELECT run_id FROM calls UNION SELECT run_id FROM checkpoints \
-         EXCEPT SELECT run_id FROM runs ORDER BY 1",
-    )
+         EXCEPT SELECT run_id FROM runs \
+         UNION SELECT run_id FROM calls WHERE {UNRESOLVED} ORDER BY 1"
+    ))
     .and_then(|mut stmt| {
         stmt.query_map([], |row| row.get::<_, String>(0).map(RunId::from))?
             .collect()

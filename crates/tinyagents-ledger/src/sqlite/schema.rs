@@ -17,6 +17,20 @@ use crate::error::{LedgerError, LedgerResult};
 /// The SQLite `application_id` of a ledger file: the bytes `tALg`.
 pub(crate) const APPLICATION_ID: i32 = 0x7441_4c67;
 
+/// The SQL predicate of a call whose effect is unknown
+/// ([`LedgerRow::is_unresolved`](crate::LedgerRow::is_unresolved)): started,
+/// or interrupted, never replayed and without a known resolution. Part of
+/// the schema (the partial index of version 3): never change it.
+macro_rules! unresolved_predicate {
+    () => {
+        "(status = 'started' OR (status = 'interrupted' AND replay = 'never' \
+         AND (resolved_effect IS NULL OR resolved_effect = 'unknown')))"
+    };
+}
+
+/// [`unresolved_predicate`] for the queries.
+pub(crate) const UNRESOLVED: &str = unresolved_predicate!();
+
 /// The schema, one migration per version: `MIGRATIONS[k]` takes a file from
 /// version `k` to `k + 1`. Append only; never edit a released entry.
 pub(crate) const MIGRATIONS: &[&str] = &[
@@ -68,6 +82,20 @@ pub(crate) const MIGRATIONS: &[&str] = &[
         run_id TEXT PRIMARY KEY,
         claimed_at INTEGER NOT NULL
     ) WITHOUT ROWID;",
+    // Version 3: what a tool's reconciliation or a person found out about a
+    // call in doubt (`resolve`), and an index of the calls whose effect is
+    // unknown (`unresolved`, `in_doubt`, `unfinished_runs`, pruning), so
+    // finding them never scans the settled rows. Its predicate is
+    // `UNRESOLVED`, which the queries repeat so that SQLite uses it.
+    concat!(
+        "ALTER TABLE calls ADD COLUMN resolved_effect TEXT;
+    ALTER TABLE calls ADD COLUMN resolved_by TEXT;
+    ALTER TABLE calls ADD COLUMN resolved_at INTEGER;
+    ALTER TABLE calls ADD COLUMN resolved_note TEXT;
+    CREATE INDEX calls_unresolved ON calls (run_id, seq) WHERE ",
+        unresolved_predicate!(),
+        ";"
+    ),
 ];
 
 /// The page size of a new ledger. Small pages because every commit writes

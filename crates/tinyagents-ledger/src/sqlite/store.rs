@@ -5,14 +5,16 @@
 use rusqlite::{Connection, OptionalExtension, Row, params};
 use tinyagents_core::{CallId, RunId, ToolControl};
 
+use super::schema::UNRESOLVED;
 use crate::clock::Timestamp;
 use crate::error::{LedgerError, LedgerResult};
+use crate::resolution::{Effect, InDoubt, Resolution, Resolve, ResolvedBy};
 use crate::row::{CallStatus, LedgerRow, StartedRow, StoredResult};
-use crate::rules::{self, Existing, Start};
+use crate::rules::{self, Existing, ResolveWrite, Start};
 
 const ROW_COLUMNS: &str = "run_id, call_id, parent_call_id, tool_name, args_hash, replay, \
      status, attempts, started_at, settled_at, content, is_error, metadata, control, \
-     original_bytes, truncated";
+     original_bytes, truncated, resolved_effect, resolved_by, resolved_at, resolved_note";
 
 pub(super) fn db(operation: &'static str) -> impl Fn(rusqlite::Error) -> LedgerError {
     move |err| LedgerError::storage(operation, err)
@@ -156,9 +158,9 @@ pub(crate) fn rows(
 ) -> LedgerResult<Vec<LedgerRow>> {
     let op = if unresolved { "unresolved" } else { "rows" };
     let filter = if unresolved {
-        " AND status = 'started'"
+        format!(" AND {UNRESOLVED}")
     } else {
-        ""
+        String::new()
     };
     let raws = conn
         .prepare_cached(&format!(
@@ -170,6 +172,90 @@ pub(crate) fn rows(
         })
         .map_err(db(op))?;
     raws.into_iter().map(|raw| raw.decode(op)).collect()
+}
+
+/// Every call whose effect is unknown, across runs, oldest start first.
+pub(crate) fn in_doubt(conn: &Connection, now: Timestamp) -> LedgerResult<Vec<InDoubt>> {
+    let op = "in_doubt";
+    let raws = conn
+        .prepare_cached(&format!(
+            "SELECT {ROW_COLUMNS}, EXISTS (SELECT 1 FROM runs WHERE runs.run_id = calls.run_id) \
+             FROM calls WHERE {UNRESOLVED} ORDER BY started_at, run_id, call_id"
+        ))
+        .and_then(|mut stmt| {
+            stmt.query_map([], |row| Ok((RawRow::read(row)?, row.get::<_, bool>(20)?)))?
+                .collect::<rusqlite::Result<Vec<_>>>()
+        })
+        .map_err(db(op))?;
+    raws.into_iter()
+        .map(|(raw, finished)| Ok(InDoubt::of(raw.decode(op)?, now, finished)))
+        .collect()
+}
+
+/// Records a resolution, settling a row still in doubt, as
+/// [`rules::check_resolve`] decides.
+pub(crate) fn resolve(
+    conn: &Connection,
+    run: &RunId,
+    call: &CallId,
+    resolve: &Resolve,
+    max_bytes: usize,
+    now: Timestamp,
+) -> LedgerResult<()> {
+    let op = "resolve";
+    let row = get(conn, run, call)?;
+    let write = rules::check_resolve(run, call, row.as_ref(), resolve, max_bytes)?;
+    let by = resolve.by.stored();
+    let effect = resolve.found.effect().as_str();
+    let updated = match write {
+        ResolveWrite::Settle { status, result } => {
+            let metadata = result.metadata.as_ref().map(ToString::to_string);
+            conn.prepare_cached(
+                "UPDATE calls SET status = ?3, settled_at = ?4, content = ?5, is_error = ?6, \
+                 metadata = ?7, control = ?8, original_bytes = ?9, truncated = ?10, \
+                 resolved_effect = ?11, resolved_by = ?12, resolved_at = ?4, resolved_note = ?13 \
+                 WHERE run_id = ?1 AND call_id = ?2 AND status = 'started'",
+            )
+            .and_then(|mut stmt| {
+                stmt.execute(params![
+                    run.as_str(),
+                    call.as_str(),
+                    status.as_str(),
+                    millis(now),
+                    result.content,
+                    result.is_error,
+                    metadata,
+                    result.control.map(control_str),
+                    i64::try_from(result.original_bytes).unwrap_or(i64::MAX),
+                    result.truncated,
+                    effect,
+                    by,
+                    resolve.note,
+                ])
+            })
+        }
+        ResolveWrite::Record => conn
+            .prepare_cached(
+                "UPDATE calls SET resolved_effect = ?3, resolved_by = ?4, resolved_at = ?5, \
+                 resolved_note = ?6 WHERE run_id = ?1 AND call_id = ?2 AND status = 'interrupted'",
+            )
+            .and_then(|mut stmt| {
+                stmt.execute(params![
+                    run.as_str(),
+                    call.as_str(),
+                    effect,
+                    by,
+                    millis(now),
+                    resolve.note,
+                ])
+            }),
+    }
+    .map_err(db(op))?;
+    if updated == 1 {
+        Ok(())
+    } else {
+        Err(LedgerError::storage(op, "the row could not be updated"))
+    }
 }
 
 fn control_str(control: ToolControl) -> &'static str {
@@ -205,6 +291,10 @@ struct RawRow {
     control: Option<String>,
     original_bytes: Option<i64>,
     truncated: Option<bool>,
+    resolved_effect: Option<String>,
+    resolved_by: Option<String>,
+    resolved_at: Option<i64>,
+    resolved_note: Option<String>,
 }
 
 impl RawRow {
@@ -226,6 +316,10 @@ impl RawRow {
             control: row.get(13)?,
             original_bytes: row.get(14)?,
             truncated: row.get(15)?,
+            resolved_effect: row.get(16)?,
+            resolved_by: row.get(17)?,
+            resolved_at: row.get(18)?,
+            resolved_note: row.get(19)?,
         })
     }
 
@@ -270,7 +364,23 @@ impl RawRow {
                 truncated: self.truncated.unwrap_or(false),
             }),
         };
+        let resolution = match (&self.resolved_effect, &self.resolved_by) {
+            (None, None) => None,
+            (Some(effect), Some(by)) => Some(Resolution {
+                effect: Effect::parse(effect)
+                    .ok_or_else(|| bad(format!("unknown resolved effect '{effect}'")))?,
+                by: ResolvedBy::parse(by).ok_or_else(|| bad(format!("unknown resolver '{by}'")))?,
+                at: timestamp(self.resolved_at.unwrap_or(0)),
+                note: self.resolved_note.clone(),
+            }),
+            _ => {
+                return Err(bad(
+                    "a resolution without its effect or its resolver".to_owned()
+                ));
+            }
+        };
         Ok(LedgerRow {
+            resolution,
             parent_call_id: self.parent_call_id.as_deref().map(CallId::new),
             tool_name: self.tool_name,
             args_hash: self.args_hash,

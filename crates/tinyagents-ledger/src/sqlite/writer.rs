@@ -30,6 +30,7 @@ use super::{runs, store};
 use crate::clock::{SharedClock, Timestamp};
 use crate::error::{LedgerError, LedgerResult};
 use crate::ledger::{Checkpoint, PruneReport, RunState};
+use crate::resolution::{InDoubt, Resolve};
 use crate::row::{CallStatus, LedgerRow, StartedRow, StoredResult};
 
 pub(crate) type Reply<T> = oneshot::Sender<LedgerResult<T>>;
@@ -58,6 +59,16 @@ pub(crate) enum Request {
         entry: Vec<u8>,
         reply: Reply<()>,
     },
+    /// Answered after the commit: a resolution is durable when `resolve`
+    /// returns.
+    Resolve {
+        run: RunId,
+        call: CallId,
+        resolve: Resolve,
+        max_bytes: usize,
+        reply: Reply<()>,
+    },
+    InDoubt(Reply<Vec<InDoubt>>),
     BeginRun(RunId, Reply<()>),
     RunState(RunId, Reply<RunState>),
     Finish(RunId, Reply<()>),
@@ -205,6 +216,7 @@ impl Writer {
             Request::Get(..)
             | Request::Rows { .. }
             | Request::UnfinishedRuns(_)
+            | Request::InDoubt(_)
             | Request::LoadCheckpoint(..)
             | Request::RunState(..)
             | Request::Flush(_) => Ok(()),
@@ -262,6 +274,17 @@ impl Writer {
                 self.riders += usize::from(appended.is_ok());
                 drop(reply.send(appended));
             }
+            Request::Resolve {
+                run,
+                call,
+                resolve,
+                max_bytes,
+                reply,
+            } => match store::resolve(conn, &run, &call, &resolve, max_bytes, now) {
+                Ok(()) => self.owed.push(reply),
+                Err(err) => drop(reply.send(Err(err))),
+            },
+            Request::InDoubt(reply) => drop(reply.send(store::in_doubt(conn, now))),
             Request::BeginRun(run, reply) => {
                 let claimed = runs::begin_run(conn, &run, now);
                 self.riders += usize::from(claimed.is_ok());
@@ -349,6 +372,7 @@ fn reject(request: Request, err: LedgerError, deferred: &Deferred) {
             None => deferred.push(err),
         },
         Request::Started(_, reply)
+        | Request::Resolve { reply, .. }
         | Request::SaveCheckpoint { reply, .. }
         | Request::AppendCheckpoint { reply, .. }
         | Request::BeginRun(_, reply)
@@ -359,6 +383,7 @@ fn reject(request: Request, err: LedgerError, deferred: &Deferred) {
         Request::Get(_, _, reply) => drop(reply.send(Err(err))),
         Request::Rows { reply, .. } => drop(reply.send(Err(err))),
         Request::UnfinishedRuns(reply) => drop(reply.send(Err(err))),
+        Request::InDoubt(reply) => drop(reply.send(Err(err))),
         Request::LoadCheckpoint(_, reply) => drop(reply.send(Err(err))),
         Request::RunState(_, reply) => drop(reply.send(Err(err))),
     }
