@@ -257,22 +257,25 @@ async fn recovery_gives_a_never_replay_call_in_doubt_an_interrupted_result() {
         .unwrap()
         .unwrap();
     assert_eq!(row.status, CallStatus::Interrupted);
-    // Recovering again changes nothing: the call is resolved.
-    let third = harness_with(
-        vec![ChatResponse::text("again")],
-        ledger.clone(),
-        vec![pay.clone()],
-        |b| b,
-    );
-    let again = third
+    // Its effect is still unknown: the finished run stays in view.
+    assert!(ledger.unfinished_runs().await.unwrap().contains(&run_id));
+    // Recovering the finished run again is refused, naming the call in
+    // doubt: its model is not asked again and nothing runs.
+    let third_model = Arc::new(ScriptedModel::new(vec![ChatResponse::text("again")]));
+    let mut builder = AgentHarness::builder(third_model.clone()).ledger(ledger.clone());
+    builder.register(pay.clone()).unwrap();
+    let third = builder.build().unwrap();
+    let refused = third
         .recover(&run_id, ResumeOptions::default(), &EventSink::none())
         .await
-        .unwrap();
+        .unwrap_err()
+        .to_string();
     assert!(
-        tool_results(&again.messages)[0]
-            .1
-            .starts_with("interrupted, outcome unknown")
+        refused.contains("run crashed-pay has finished, so there is nothing to recover")
+            && refused.contains("p1 (pay, interrupted)"),
+        "{refused}"
     );
+    assert_eq!(third_model.calls(), 0, "the model was not asked again");
     assert_eq!(pay.calls.load(Ordering::SeqCst), 1);
 }
 

@@ -35,7 +35,7 @@ mod run;
 mod seal;
 mod tool;
 
-pub use agent_loop::ResumeOptions;
+pub use agent_loop::{Reconciliation, ResumeOptions};
 pub use events::{EventReceiver, EventSink, STALLED_READER_GRACE, event_channel};
 pub use handle::{DEFAULT_EVENT_BUFFER, RunHandle, RunHandleFuture};
 pub use harness::{AgentHarness, AgentHarnessBuilder};

@@ -245,7 +245,7 @@ impl Run<'_> {
         };
         let outcome = self.execute_call(call, entry, site).await;
         self.harness
-            .record(&self.ctx, &self.events, &id, &outcome)
+            .record(&self.ctx, &self.events, &id, entry.spec(), &outcome)
             .await;
         outcome
     }

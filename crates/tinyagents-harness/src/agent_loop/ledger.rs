@@ -1,25 +1,19 @@
-//! The effect ledger in the loop: a started row before a call runs (durable
-//! before the tool may act), a settled row after, a checkpoint per turn, and
-//! recovery of a run whose process died.
-
-use std::sync::Arc;
-use std::time::Duration;
+//! The effect ledger in the loop: a run's claim, a started row before a
+//! call runs (durable before the tool may act), a settled row after, and
+//! the run's finished mark. Checkpoints are in `checkpoint.rs`, recovery in
+//! `recover.rs`, calls in doubt in `reconcile.rs`.
 
 use futures_util::future::join_all;
 use tinyagents_core::{
-    AgentEvent, CallId, LimitTracker, Message, RunContext, RunId, State, TinyAgentsError, ToolCall,
-    ToolResult, args_hash,
+    AgentEvent, CallId, RunContext, RunId, TinyAgentsError, ToolCall, ToolResult, args_hash,
 };
 use tinyagents_ledger::{LedgerError, LedgerFailure, Outcome, StartedRow};
-use tinytools::ToolSpec;
+use tinytools::RegisteredTool;
 
 use super::Run;
 use super::turn::Slot;
-use crate::ResumeOptions;
 use crate::call::ToolEvents;
-use crate::events::EventSink;
 use crate::harness::AgentHarness;
-use crate::run::{AgentRun, SuspendedRun};
 
 /// How the ledger answered a call's start.
 pub(crate) enum Start {
@@ -61,7 +55,7 @@ impl<'h> Run<'h> {
                 } => {
                     let hash = args_hash.clone().unwrap_or_default();
                     let start = harness
-                        .start_row(&self.ctx, &self.events, call, entry.spec(), hash)
+                        .start_row(&self.ctx, &self.events, call, entry, hash)
                         .await;
                     Some(start)
                 }
@@ -115,7 +109,7 @@ impl AgentHarness {
         ctx: &RunContext,
         events: &ToolEvents,
         call: &ToolCall,
-        spec: &ToolSpec,
+        entry: &RegisteredTool,
         hash: String,
     ) -> Start {
         let Some(ledger) = &self.ledger else {
@@ -126,7 +120,7 @@ impl AgentHarness {
             call.id.clone(),
             call.name.clone(),
             hash.clone(),
-            spec.replay,
+            entry.spec().replay,
         );
         let error = match guarded("record_started", ledger.record_started(row)).await {
             Ok(()) => return Start::Run,
@@ -161,10 +155,7 @@ impl AgentHarness {
                 }
             }
             refused @ LedgerError::ReplayRefused { .. } => {
-                let text = format!("interrupted, outcome unknown: {refused}");
-                self.settle_row(ctx, events, &call.id, Outcome::Interrupted(text.clone()))
-                    .await;
-                Start::Refused(text)
+                Box::pin(self.reconcile_in_doubt(ctx, events, call, entry, &hash, refused)).await
             }
             mismatch @ LedgerError::Mismatch { .. } => {
                 Start::Refused(format!("refused: {mismatch}"))
@@ -217,6 +208,28 @@ impl AgentHarness {
     }
 }
 
+impl AgentHarness {
+    /// Makes a settled row durable now (`ToolSpec::durable_settle`): one
+    /// commit, so a crash after the call returned does not leave it in
+    /// doubt. A failure is a warning: the row may still be lost, and the
+    /// call be in doubt after a crash.
+    pub(crate) async fn flush_row(&self, events: &ToolEvents, call_id: &CallId) {
+        let Some(ledger) = &self.ledger else {
+            return;
+        };
+        if let Err(error) = guarded("flush", ledger.flush()).await {
+            events
+                .sink()
+                .emit(|| AgentEvent::Warning {
+                    message: format!(
+                        "the settled row of call {call_id} was not made durable: {error}"
+                    ),
+                })
+                .await;
+        }
+    }
+}
+
 impl<'h> Run<'h> {
     /// Marks a run finished in the ledger, so retention may prune it.
     pub(crate) async fn finish_in_ledger(&self) {
@@ -251,134 +264,6 @@ impl<'h> Run<'h> {
                 })
                 .await;
         }
-    }
-
-    /// A recovered call whose arguments held a redacted secret: it cannot run
-    /// again. A settled one is answered from its row.
-    pub(crate) async fn blocked_replay(&self, call: ToolCall) -> Slot<'h> {
-        let harness = self.harness;
-        if let Some(ledger) = &harness.ledger
-            && let Ok(Some(row)) = guarded("get", ledger.get(&self.ctx.run_id, &call.id)).await
-        {
-            if let Some(stored) = row.result {
-                return Slot::Recorded {
-                    call,
-                    result: stored.to_tool_result(),
-                };
-            }
-            let text = format!(
-                "interrupted, outcome unknown: call {} started before the crash and its arguments held redacted secrets, so it cannot be replayed",
-                call.id
-            );
-            harness
-                .settle_row(
-                    &self.ctx,
-                    &self.events,
-                    &call.id,
-                    Outcome::Interrupted(text.clone()),
-                )
-                .await;
-            let refusal = TinyAgentsError::tool_failed(call.name.clone(), text);
-            return self.refused_slot(call, &refusal).await;
-        }
-        let text = format!(
-            "refused: call {} cannot be replayed after a crash: its arguments held secrets that were never persisted",
-            call.id
-        );
-        let refusal = TinyAgentsError::tool_failed(call.name.clone(), text);
-        self.refused_slot(call, &refusal).await
-    }
-}
-
-impl AgentHarness {
-    /// Resumes a run from its last checkpoint after its process died. The
-    /// calls of the checkpointed turn go through admission again: a call
-    /// that settled is answered from its row and never runs again; a call in
-    /// doubt runs again only if its tool is replay-safe, otherwise it gets an
-    /// "interrupted, outcome unknown" result; a call whose tool or arguments
-    /// differ from its row is refused.
-    pub async fn recover(
-        &self,
-        run_id: &RunId,
-        options: ResumeOptions,
-        events: &EventSink,
-    ) -> Result<AgentRun, TinyAgentsError> {
-        // Once the run is open, its failure is reported on its bounded sink.
-        let mut events = events.clone();
-        let result = self.recover_run(run_id, options, &mut events).await;
-        super::report_failure(&events, result).await
-    }
-
-    async fn recover_run(
-        &self,
-        run_id: &RunId,
-        options: ResumeOptions,
-        events: &mut EventSink,
-    ) -> Result<AgentRun, TinyAgentsError> {
-        let Some(ledger) = &self.ledger else {
-            return Err(TinyAgentsError::Config(
-                "recover needs an effect ledger".to_owned(),
-            ));
-        };
-        let saved = self
-            .load_saved(ledger.as_ref(), run_id)
-            .await?
-            .ok_or_else(|| {
-                TinyAgentsError::State(format!("run {run_id} has no checkpoint to recover from"))
-            })?;
-        let blocked = saved.replay_blocked.clone();
-        let (ctx, mut state) = self.restore(saved, options);
-        // Calls issued after a checkpoint that was lost keep their rows; new
-        // calls number on after every id the ledger has seen, so a different
-        // call never reuses one.
-        let rows = ledger
-            .rows(run_id)
-            .await
-            .map_err(|e| TinyAgentsError::State(e.to_string()))?;
-        let highest = rows
-            .iter()
-            .filter(|row| !row.call_id.is_nested())
-            .filter_map(|row| row.call_id.as_str().strip_prefix('p')?.parse::<u64>().ok())
-            .max()
-            .unwrap_or(0);
-        state.calls_issued = state.calls_issued.max(highest);
-        let open_calls = match state.messages.last() {
-            Some(Message::Assistant { tool_calls, .. }) if !tool_calls.is_empty() => {
-                Some(tool_calls.clone())
-            }
-            _ => None,
-        };
-        let mut run = self.open(ctx, state, events);
-        *events = run.sink().clone();
-        // The checkpoint holds the state a resume of this turn is checked
-        // against: save it again with the ids numbered on.
-        run.checkpoint(&blocked).await;
-        let Some(calls) = open_calls else {
-            return run.drive().await;
-        };
-        let end = run.run_calls(calls, None, &blocked, &[]).await?;
-        run.continue_after(end).await
-    }
-
-    /// The context and state of a suspended or checkpointed run.
-    pub(crate) fn restore(
-        &self,
-        saved: SuspendedRun,
-        options: ResumeOptions,
-    ) -> (RunContext, State) {
-        let limits = self.limits.clone();
-        let tracker = Arc::new(LimitTracker::restore(&limits, saved.budget));
-        let mut ctx = RunContext::with_tracker(saved.run_id, limits, tracker);
-        if let Some(token) = options.cancel {
-            ctx = ctx.with_cancellation(token);
-        }
-        ctx.resume_clock(Duration::from_millis(saved.active_ms));
-        ctx.agent_id = self.agent_id.clone();
-        ctx.depth = saved.depth;
-        ctx.capture = self.capture;
-        ctx.properties = Arc::new(saved.properties);
-        ctx.extensions.insert(Arc::clone(&self.tools));
-        (ctx, saved.state)
     }
 }
 

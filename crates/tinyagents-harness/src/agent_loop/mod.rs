@@ -12,6 +12,8 @@ mod checkpoint;
 mod ledger;
 pub(crate) mod nested;
 mod opening;
+mod reconcile;
+mod recover;
 mod resume;
 mod resume_check;
 mod serve;
@@ -39,6 +41,7 @@ use crate::run::{AgentRun, RunRequest};
 use crate::tool::RunShared;
 
 pub(crate) use ledger::Start;
+pub use reconcile::Reconciliation;
 pub use resume::ResumeOptions;
 
 /// One run segment in progress: what the loop's functions share.

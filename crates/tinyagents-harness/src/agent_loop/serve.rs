@@ -112,7 +112,9 @@ impl Run<'_> {
             return;
         };
         if !replayed {
-            harness.record(&self.ctx, &self.events, &id, &outcome).await;
+            harness
+                .record(&self.ctx, &self.events, &id, entry.spec(), &outcome)
+                .await;
         }
         let scope = SettleScope::Nested {
             ctx: &self.ctx,

@@ -432,8 +432,7 @@ impl AgentHarness {
         let hash = tinyagents_core::args_hash(&a.call.arguments);
         // Boxed: the ledger's future is large and only runs with a ledger.
         let start =
-            Box::pin(self.start_row(scope.ctx(), events, &a.call, entry.spec(), hash.clone()))
-                .await;
+            Box::pin(self.start_row(scope.ctx(), events, &a.call, entry, hash.clone())).await;
         a.args_hash = Some(hash);
         match start {
             Start::Run => Ok(()),

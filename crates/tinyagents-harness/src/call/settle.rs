@@ -7,7 +7,7 @@
 
 use tinyagents_core::{CallId, RunContext, State, TinyAgentsError, ToolCall, ToolResult};
 use tinyagents_ledger::Outcome;
-use tinytools::cut;
+use tinytools::{ToolSpec, cut};
 
 use super::contain::{contain, contain_unit};
 use super::emit::ToolEvents;
@@ -169,13 +169,16 @@ impl AgentHarness {
 
     /// Writes a call's settled row as soon as it ends (so a crash later in
     /// the turn does not put a finished call in doubt), with every payload
-    /// redacted. A call dropped mid-flight, or a model-issued one that asked
-    /// for approval (it runs once approved), stays started.
+    /// redacted; for a tool that asks it (`ToolSpec::durable_settle`), made
+    /// durable before the result is folded. A call dropped mid-flight, or a
+    /// model-issued one that asked for approval (it runs once approved),
+    /// stays started.
     pub(crate) async fn record(
         &self,
         ctx: &RunContext,
         events: &ToolEvents,
         call_id: &CallId,
+        spec: &ToolSpec,
         outcome: &CallOutcome,
     ) {
         if self.ledger.is_none() || outcome.dropped {
@@ -183,7 +186,7 @@ impl AgentHarness {
         }
         // Boxed: the ledger's future is large, and only a run with a ledger
         // pays for it.
-        Box::pin(self.record_outcome(ctx, events, call_id, outcome)).await;
+        Box::pin(self.record_outcome(ctx, events, call_id, spec.durable_settle, outcome)).await;
     }
 
     async fn record_outcome(
@@ -191,6 +194,7 @@ impl AgentHarness {
         ctx: &RunContext,
         events: &ToolEvents,
         call_id: &CallId,
+        durable: bool,
         outcome: &CallOutcome,
     ) {
         let redaction = events.redaction();
@@ -208,6 +212,9 @@ impl AgentHarness {
             Err(error) => Outcome::Failed(redaction.text(error.to_string())),
         };
         self.settle_row(ctx, events, call_id, settled).await;
+        if durable {
+            self.flush_row(events, call_id).await;
+        }
     }
 }
 

@@ -1,0 +1,264 @@
+//! Recovery of a run whose process died: the checkpointed turn's calls
+//! admitted again, what the ledger and the tools' reconciliation say of the
+//! calls in doubt, and the rows nothing will meet again settled.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tinyagents_core::{
+    AgentEvent, LimitTracker, Message, RunContext, RunId, State, TinyAgentsError, ToolCall,
+    ToolReplay,
+};
+use tinyagents_ledger::{EffectLedger, Found, Outcome, RunState};
+
+use super::Run;
+use super::ledger::guarded;
+use super::turn::Slot;
+use crate::ResumeOptions;
+use crate::events::EventSink;
+use crate::harness::AgentHarness;
+use crate::run::{AgentRun, SuspendedRun};
+
+impl<'h> Run<'h> {
+    /// Settles the run's rows still in doubt that a recovery will not meet
+    /// again (nested calls of a parent that did not run again, calls of a
+    /// turn whose checkpoint was lost), asking the tools of those that must
+    /// not repeat. A failure is a warning: the rows stay in doubt, in view.
+    pub(crate) async fn settle_left_in_doubt(&self) {
+        let harness = self.harness;
+        let settled = harness
+            .settle_orphans(
+                &self.ctx.run_id,
+                None,
+                self.events.redaction(),
+                self.ctx.cancellation(),
+            )
+            .await;
+        let message = match settled {
+            Ok(settled) if settled.is_empty() => return,
+            Ok(settled) => format!(
+                "recovery settled {} call(s) left in doubt: {}",
+                settled.len(),
+                settled
+                    .iter()
+                    .map(|r| format!("{} ({}): {}", r.call_id, r.tool_name, r.note))
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            ),
+            Err(error) => format!("the calls left in doubt were not settled: {error}"),
+        };
+        let message = self.events.redaction().text(message);
+        self.sink().emit(|| AgentEvent::Warning { message }).await;
+    }
+
+    /// A recovered call whose arguments held a redacted secret: it cannot run
+    /// again. A settled one is answered from its row.
+    pub(crate) async fn blocked_replay(&self, call: ToolCall) -> Slot<'h> {
+        let harness = self.harness;
+        if let Some(ledger) = &harness.ledger
+            && let Ok(Some(row)) = guarded("get", ledger.get(&self.ctx.run_id, &call.id)).await
+        {
+            if let Some(stored) = row.result {
+                return Slot::Recorded {
+                    call,
+                    result: stored.to_tool_result(),
+                };
+            }
+            let why = format!(
+                "call {} started before the crash and its arguments held redacted secrets, so it cannot be replayed",
+                call.id
+            );
+            // Its tool can still say whether it acted (it needs no
+            // arguments for that).
+            if row.replay == ToolReplay::Never
+                && let Some(tool) = harness.tools.get(&row.tool_name)
+            {
+                let finding = harness
+                    .ask_reconcile(
+                        &row.run_id,
+                        &call.id,
+                        &row.args_hash,
+                        tool,
+                        self.ctx.cancellation(),
+                    )
+                    .await;
+                let redaction = self.events.redaction();
+                let recorded = harness
+                    .record_finding(ledger.as_ref(), redaction, &row.run_id, &call.id, &finding)
+                    .await;
+                let text = match (recorded, finding.found) {
+                    (Ok(()), Found::Happened(result)) => return Slot::Recorded { call, result },
+                    (Ok(()), Found::NotHappened) => {
+                        format!("refused: {}; it never acted, and {why}", finding.note)
+                    }
+                    (Ok(()), Found::Unknown) => {
+                        format!("interrupted, outcome unknown: {why}; {}", finding.note)
+                    }
+                    (Err(error), _) => {
+                        let text = format!(
+                            "interrupted, outcome unknown: {why}; {} (not recorded: {error})",
+                            finding.note
+                        );
+                        harness
+                            .settle_row(
+                                &self.ctx,
+                                &self.events,
+                                &call.id,
+                                Outcome::Interrupted(text.clone()),
+                            )
+                            .await;
+                        text
+                    }
+                };
+                let refusal = TinyAgentsError::tool_failed(call.name.clone(), text);
+                return self.refused_slot(call, &refusal).await;
+            }
+            let text = format!("interrupted, outcome unknown: {why}");
+            harness
+                .settle_row(
+                    &self.ctx,
+                    &self.events,
+                    &call.id,
+                    Outcome::Interrupted(text.clone()),
+                )
+                .await;
+            let refusal = TinyAgentsError::tool_failed(call.name.clone(), text);
+            return self.refused_slot(call, &refusal).await;
+        }
+        let text = format!(
+            "refused: call {} cannot be replayed after a crash: its arguments held secrets that were never persisted",
+            call.id
+        );
+        let refusal = TinyAgentsError::tool_failed(call.name.clone(), text);
+        self.refused_slot(call, &refusal).await
+    }
+}
+
+impl AgentHarness {
+    /// Resumes a run from its last checkpoint after its process died. The
+    /// calls of the checkpointed turn go through admission again: a call
+    /// that settled is answered from its row and never runs again; a call in
+    /// doubt runs again only if its tool is replay-safe, otherwise it gets an
+    /// "interrupted, outcome unknown" result; a call whose tool or arguments
+    /// differ from its row is refused.
+    pub async fn recover(
+        &self,
+        run_id: &RunId,
+        options: ResumeOptions,
+        events: &EventSink,
+    ) -> Result<AgentRun, TinyAgentsError> {
+        // Once the run is open, its failure is reported on its bounded sink.
+        let mut events = events.clone();
+        let result = self.recover_run(run_id, options, &mut events).await;
+        super::report_failure(&events, result).await
+    }
+
+    async fn recover_run(
+        &self,
+        run_id: &RunId,
+        options: ResumeOptions,
+        events: &mut EventSink,
+    ) -> Result<AgentRun, TinyAgentsError> {
+        let Some(ledger) = &self.ledger else {
+            return Err(TinyAgentsError::Config(
+                "recover needs an effect ledger".to_owned(),
+            ));
+        };
+        self.refuse_finished(ledger.as_ref(), run_id).await?;
+        let saved = self
+            .load_saved(ledger.as_ref(), run_id)
+            .await?
+            .ok_or_else(|| {
+                TinyAgentsError::State(format!("run {run_id} has no checkpoint to recover from"))
+            })?;
+        let blocked = saved.replay_blocked.clone();
+        let (ctx, mut state) = self.restore(saved, options);
+        // Calls issued after a checkpoint that was lost keep their rows; new
+        // calls number on after every id the ledger has seen, so a different
+        // call never reuses one.
+        let rows = ledger
+            .rows(run_id)
+            .await
+            .map_err(|e| TinyAgentsError::State(e.to_string()))?;
+        let highest = rows
+            .iter()
+            .filter(|row| !row.call_id.is_nested())
+            .filter_map(|row| row.call_id.as_str().strip_prefix('p')?.parse::<u64>().ok())
+            .max()
+            .unwrap_or(0);
+        state.calls_issued = state.calls_issued.max(highest);
+        let open_calls = match state.messages.last() {
+            Some(Message::Assistant { tool_calls, .. }) if !tool_calls.is_empty() => {
+                Some(tool_calls.clone())
+            }
+            _ => None,
+        };
+        let mut run = self.open(ctx, state, events);
+        *events = run.sink().clone();
+        // The checkpoint holds the state a resume of this turn is checked
+        // against: save it again with the ids numbered on.
+        run.checkpoint(&blocked).await;
+        let Some(calls) = open_calls else {
+            run.settle_left_in_doubt().await;
+            return run.drive().await;
+        };
+        let end = run.run_calls(calls, None, &blocked, &[]).await?;
+        // Every call the checkpointed turn meets again has been answered;
+        // what is still in doubt nothing will run again.
+        run.settle_left_in_doubt().await;
+        run.continue_after(end).await
+    }
+
+    /// A finished run is not recovered (its model would be asked again in a
+    /// run that may start no call); the error names its calls in doubt.
+    async fn refuse_finished(
+        &self,
+        ledger: &dyn EffectLedger,
+        run_id: &RunId,
+    ) -> Result<(), TinyAgentsError> {
+        let state = guarded("run_state", ledger.run_state(run_id))
+            .await
+            .map_err(|e| TinyAgentsError::State(e.to_string()))?;
+        if state != RunState::Finished {
+            return Ok(());
+        }
+        let in_doubt = guarded("unresolved", ledger.unresolved(run_id))
+            .await
+            .map_err(|e| TinyAgentsError::State(e.to_string()))?;
+        if in_doubt.is_empty() {
+            return Err(TinyAgentsError::State(format!(
+                "run {run_id} has finished: there is nothing to recover"
+            )));
+        }
+        let calls: Vec<String> = in_doubt
+            .iter()
+            .map(|row| format!("{} ({}, {})", row.call_id, row.tool_name, row.status))
+            .collect();
+        Err(TinyAgentsError::State(format!(
+            "run {run_id} has finished, so there is nothing to recover; {} of its calls are in doubt: {}; ask their tools with AgentHarness::reconcile, or record what a person found with EffectLedger::resolve",
+            calls.len(),
+            calls.join(", ")
+        )))
+    }
+
+    /// The context and state of a suspended or checkpointed run.
+    pub(crate) fn restore(
+        &self,
+        saved: SuspendedRun,
+        options: ResumeOptions,
+    ) -> (RunContext, State) {
+        let limits = self.limits.clone();
+        let tracker = Arc::new(LimitTracker::restore(&limits, saved.budget));
+        let mut ctx = RunContext::with_tracker(saved.run_id, limits, tracker);
+        if let Some(token) = options.cancel {
+            ctx = ctx.with_cancellation(token);
+        }
+        ctx.resume_clock(Duration::from_millis(saved.active_ms));
+        ctx.agent_id = self.agent_id.clone();
+        ctx.depth = saved.depth;
+        ctx.capture = self.capture;
+        ctx.properties = Arc::new(saved.properties);
+        ctx.extensions.insert(Arc::clone(&self.tools));
+        (ctx, saved.state)
+    }
+}
