@@ -230,7 +230,11 @@ pub(crate) fn harness(
 
 /// Runs `harness` as run `run_id` until `stalled` fires, then drops the
 /// run: the process died there.
-pub(crate) async fn crash_when(harness: &AgentHarness, run_id: &str, stalled: &tokio::sync::Notify) {
+pub(crate) async fn crash_when(
+    harness: &AgentHarness,
+    run_id: &str,
+    stalled: &tokio::sync::Notify,
+) {
     let events = EventSink::none();
     let run = harness.run_with(
         RunRequest::new("go").with_run_id(RunId::from(run_id)),

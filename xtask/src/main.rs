@@ -43,6 +43,14 @@ commands:
                  memory), session-sqlite (50 and 400: in SQLite); the
                  ratio of a session workload's two sizes is checked
                  (target <= 1.3). Needs valgrind (or VALGRIND=/path/to/it)
+  crash [--trials N] [--seed S]
+                 the randomized crash campaign (tests/crash_campaign): N
+                 trials (default 200) of a real agent process killed with
+                 SIGKILL at a seeded random moment, recovered (sometimes
+                 killed again), and checked: no never-replayed effect twice,
+                 every effect settled, reconciled or listed in doubt; prints
+                 the share of \"outcome unknown\" answers whose payment had
+                 happened, without and with reconciliation. In release
   help           this text";
 
 /// cargo-deny release known to build with the pinned toolchain (1.95).
@@ -59,6 +67,7 @@ fn main() -> ExitCode {
     match command.map(String::as_str) {
         Some("ci") => ci(rest),
         Some("bench") => bench(rest),
+        Some("crash") => crash(rest),
         Some("help" | "-h" | "--help") => {
             println!("{USAGE}");
             ExitCode::SUCCESS
@@ -369,6 +378,49 @@ fn bench(extra: &[String]) -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(why) => {
             println!("xtask bench: {why}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `cargo xtask crash [--trials N] [--seed S]`: the crash campaign, with
+/// more trials than the CI gate's, in release.
+fn crash(args: &[String]) -> ExitCode {
+    let mut trials = "200".to_owned();
+    let mut seed = None;
+    let mut args = args.iter();
+    while let Some(arg) = args.next() {
+        let value = args.next().filter(|v| v.parse::<u64>().is_ok());
+        match (arg.as_str(), value) {
+            ("--trials", Some(n)) => trials.clone_from(n),
+            ("--seed", Some(s)) => seed = Some(s.clone()),
+            _ => {
+                eprintln!("xtask crash: expected --trials N and --seed S (numbers), got `{arg}`");
+                return ExitCode::from(2);
+            }
+        }
+    }
+    let mut cmd = cargo([
+        "test",
+        "--release",
+        "-p",
+        "tinyagents-tests",
+        "--test",
+        "crash_campaign",
+        "--",
+        "--exact",
+        "crash_campaign_never_repeats_an_effect_and_keeps_every_doubt_in_view",
+        "--nocapture",
+    ])
+    .env("TINYAGENTS_CAMPAIGN_TRIALS", trials);
+    if let Some(seed) = seed {
+        cmd = cmd.env("TINYAGENTS_CAMPAIGN_SEED", seed);
+    }
+    println!("$ {cmd}");
+    match cmd.run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(why) => {
+            println!("xtask crash: {why}");
             ExitCode::FAILURE
         }
     }
