@@ -35,6 +35,11 @@ fn effects(dir: &Path) -> usize {
 /// `pay` (never replayed) appends to the effects file; `check` (replay-safe)
 /// answers `ok`. `stall` names the tool that stops forever once it acted.
 fn tools(dir: &Path, stall: Option<&'static str>) -> Vec<Arc<dyn Tool>> {
+    tools_with(dir, stall, false)
+}
+
+/// [`tools`], with `pay`'s settled rows made durable when `durable`.
+fn tools_with(dir: &Path, stall: Option<&'static str>, durable: bool) -> Vec<Arc<dyn Tool>> {
     let pay_dir = dir.to_path_buf();
     let pay = FnTool::new(
         "pay",
@@ -57,7 +62,10 @@ fn tools(dir: &Path, stall: Option<&'static str>) -> Vec<Arc<dyn Tool>> {
             }
         },
     )
-    .map_spec(|s| s.replay(ToolReplay::Never));
+    .map_spec(|s| {
+        let s = s.replay(ToolReplay::Never);
+        if durable { s.durable_settle() } else { s }
+    });
     let check_dir = dir.to_path_buf();
     let check = FnTool::new(
         "check",
@@ -105,7 +113,7 @@ fn crash_child() {
     runtime.block_on(async move {
         let hook_dir = dir.clone();
         let hook_point = point.clone();
-        let options = SqliteOptions::default().commit_hook(move |at| {
+        let mut options = SqliteOptions::default().commit_hook(move |at| {
             let stop = match (hook_point.as_str(), at) {
                 ("before_started", CommitPoint::BeforeCommit { started }) => started > 0,
                 ("after_started", CommitPoint::AfterCommit { started }) => started > 0,
@@ -118,11 +126,17 @@ fn crash_child() {
                 }
             }
         });
+        // Riding rows commit with the next started row or a flush only, so
+        // what a kill finds depends on the commits the harness asked for.
+        options.linger = Duration::from_secs(3600);
         let ledger = SqliteLedger::open_with(dir.join("ledger.db"), options)
             .await
             .unwrap();
         if point == "during_resume" {
             return pay_in_a_resume(&dir, ledger).await;
+        }
+        if let Some(durable) = point.strip_prefix("after_settle_") {
+            return pay_then_hang(&dir, ledger, durable == "durable").await;
         }
         let stall = match point.as_str() {
             "after_effect" => Some("pay"),
@@ -180,6 +194,47 @@ async fn pay_in_a_resume(dir: &Path, ledger: SqliteLedger) {
             suspended,
             &decisions,
             ResumeOptions::default(),
+            &EventSink::none(),
+        )
+        .await;
+}
+
+/// The child of `after_settle_*`: pays (with `durable_settle` or not), and
+/// the model never answers the next turn: the process is killed there,
+/// after the payment's result was folded.
+async fn pay_then_hang(dir: &Path, ledger: SqliteLedger, durable: bool) {
+    struct HangsAfterOneTurn(PathBuf);
+    #[tinyagents::async_trait]
+    impl ChatModel for HangsAfterOneTurn {
+        fn name(&self) -> &str {
+            "hangs"
+        }
+        async fn chat(
+            &self,
+            request: tinyagents::ChatRequest<'_>,
+        ) -> Result<ChatResponse, tinyagents::ModelError> {
+            if request
+                .messages
+                .iter()
+                .any(|m| matches!(m, Message::Tool { .. }))
+            {
+                reached(&self.0);
+                std::future::pending::<()>().await;
+            }
+            Ok(ScriptedModel::tool_call("pay", json!({"amount": 10})))
+        }
+    }
+    let tools = tools_with(dir, None, durable);
+    let model = HangsAfterOneTurn(dir.to_path_buf());
+    let mut builder = AgentHarness::builder(Arc::new(model)).ledger(Arc::new(ledger));
+    for tool in tools {
+        builder.register(tool).unwrap();
+    }
+    let _ = builder
+        .build()
+        .unwrap()
+        .run_with(
+            RunRequest::new("pay").with_run_id(RunId::from(RUN)),
             &EventSink::none(),
         )
         .await;
@@ -422,4 +477,29 @@ async fn killed_during_a_resume_the_approved_call_ran_at_most_once_and_its_row_s
         "{again:?}"
     );
     assert_eq!(effects(dir.path()), 1, "the payment happened exactly once");
+}
+
+/// Issue 18: a `durable_settle` tool's settled row is durable before its
+/// result is folded, so a kill after the call returned (here: while the
+/// model is asked for the next turn, with riding rows never committed by
+/// the writer's linger) finds it completed; without the option the same
+/// kill finds it in doubt.
+#[tokio::test]
+async fn killed_after_a_durable_settle_the_call_is_completed_and_without_it_in_doubt() {
+    let durable = crash_at("after_settle_durable");
+    let ledger = reopen(durable.path()).await;
+    assert_eq!(
+        statuses(&ledger).await,
+        [("p1".to_owned(), CallStatus::Completed)]
+    );
+    assert_eq!(effects(durable.path()), 1);
+
+    let plain = crash_at("after_settle_plain");
+    let ledger = reopen(plain.path()).await;
+    assert_eq!(
+        statuses(&ledger).await,
+        [("p1".to_owned(), CallStatus::Started)],
+        "the settled row rode on a commit that never came"
+    );
+    assert_eq!(effects(plain.path()), 1);
 }

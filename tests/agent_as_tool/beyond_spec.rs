@@ -248,3 +248,29 @@ async fn at_32_child_events_reach_the_parent_stream() {
         position(&|e| matches!(e, AgentEvent::ToolCompleted { name, .. } if name == "Researcher"));
     assert!(started < first_delegated && first_delegated < completed);
 }
+
+/// Issue 18: an agent tool never repeats (`ToolReplay::Never`) and cannot
+/// tell whether a delegated run that a crash interrupted had its effects,
+/// so it answers a reconciliation `Unknown`: recovery answers such a call
+/// "interrupted, outcome unknown" and keeps it in view.
+#[tokio::test]
+async fn i18_an_agent_tool_answers_a_reconciliation_unknown() {
+    let defs = [
+        AgentDefinition::new("root", "Root").agent_tools(["helper"]),
+        exposed("helper", "Helper"),
+    ];
+    let models = by_agent(&[("root", delegating("Helper", None)), ("helper", echo("helper"))]);
+    let (orchestrator, _) = orchestrator();
+    let root = build(&orchestrator, "root", &defs, &models).await;
+    let tools = orchestrator
+        .provider(root.agent().agent_tools().to_vec())
+        .tools(false);
+    assert_eq!(tools[0].spec().replay, ToolReplay::Never);
+    let context = tinyagents::ToolRunContext::new(
+        RunId::from("crashed"),
+        CallId::new("p1"),
+        CancellationToken::new(),
+    );
+    let answer = tools[0].reconcile(&context).await.unwrap();
+    assert_eq!(answer, tinyagents::Reconciled::Unknown);
+}
