@@ -259,7 +259,10 @@ async fn i18_an_agent_tool_answers_a_reconciliation_unknown() {
         AgentDefinition::new("root", "Root").agent_tools(["helper"]),
         exposed("helper", "Helper"),
     ];
-    let models = by_agent(&[("root", delegating("Helper", None)), ("helper", echo("helper"))]);
+    let models = by_agent(&[
+        ("root", delegating("Helper", None)),
+        ("helper", echo("helper")),
+    ]);
     let (orchestrator, _) = orchestrator();
     let root = build(&orchestrator, "root", &defs, &models).await;
     let tools = orchestrator

@@ -11,7 +11,9 @@
 //! - `seq N + memory ledger`, `seq N + SQLite ledger`: `seq N` with an
 //!   effect ledger (a started and a settled row per call, a checkpoint per
 //!   turn); the SQLite file is on the real disk, and its figure is compared
-//!   with the time of one `fdatasync` of a small write there.
+//!   with the time of one `fdatasync` of a small write there. `seq 400 +
+//!   SQLite, durable` has its tool settle durably (`durable_settle`: the
+//!   settled row committed before the result is folded).
 //!
 //! `agent_loop --instr <workload> <n>` runs one workload of `n` calls once,
 //! without warm-up or timing, for `cargo xtask bench --instructions` to run
@@ -168,6 +170,22 @@ fn harness(model: ScriptedModel, calls: u32, stack: bool) -> AgentHarness {
 /// `seq N` over `ledger`.
 fn ledgered_harness(calls: u32, ledger: Arc<dyn EffectLedger>) -> AgentHarness {
     harness_with(sequential_model(calls as usize), calls, false, Some(ledger))
+}
+
+/// `seq N` over `ledger`, its add tool settling durably
+/// (`ToolSpec::durable_settle`: one more commit per call).
+fn durable_harness(calls: u32, ledger: Arc<dyn EffectLedger>) -> AgentHarness {
+    let limits = RunLimits::default()
+        .with_max_model_calls(calls + 2)
+        .with_max_tool_calls(calls);
+    let add = FnTool::new("add", "Adds two integers.", add)
+        .map_spec(|spec| spec.read_only().durable_settle());
+    AgentHarness::builder(Arc::new(sequential_model(calls as usize)))
+        .limits(limits)
+        .ledger(ledger)
+        .tool(add)
+        .and_then(|b| b.build())
+        .unwrap_or_else(|e| panic!("bench harness: {e}"))
 }
 
 fn harness_with(
@@ -351,13 +369,17 @@ fn instr(rt: &tokio::runtime::Runtime, workload: &str, n: usize) {
             ledgered_harness(calls, ledgered::open(rt, LedgerKind::Memory)),
             n,
         ),
+        "seq-sqlite-durable" => (
+            durable_harness(calls, ledgered::open(rt, LedgerKind::Sqlite)),
+            n,
+        ),
         "seq-sqlite" => (
             ledgered_harness(calls, ledgered::open(rt, LedgerKind::Sqlite)),
             n,
         ),
         other => panic!(
             "--instr: unknown workload `{other}` (floor, floor-registry, seq, stack, par, nested, \
-             seq-ledger, seq-sqlite, parked)"
+             seq-ledger, seq-sqlite, seq-sqlite-durable, parked)"
         ),
     };
     let run = rt
@@ -459,6 +481,16 @@ fn ledgered_workloads(rt: &tokio::runtime::Runtime, plain: &[(usize, f64)]) {
             kind.workload(),
             last / first
         );
+        if kind == LedgerKind::Sqlite {
+            let h = durable_harness(400, ledgered::open(rt, kind));
+            let durable = report("seq 400 + SQLite, durable", measure(rt, &h, 400, 4), 4);
+            let (_, plain400) = figures[1];
+            println!(
+                "  a durable settle adds      {:.3} µs/call  ({:.2} x the fsync time)",
+                durable - plain400,
+                (durable - plain400) / fsync
+            );
+        }
         for ((n, with), (_, without)) in figures.iter().zip(plain) {
             match kind {
                 LedgerKind::Memory => println!(

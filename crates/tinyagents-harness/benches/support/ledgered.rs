@@ -15,7 +15,7 @@ use std::time::Instant;
 use tinyagents_ledger::{EffectLedger, MemoryLedger, SqliteLedger};
 
 /// Which ledger a workload runs with.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, PartialEq, Eq)]
 pub(crate) enum LedgerKind {
     Memory,
     Sqlite,

@@ -55,24 +55,30 @@ impl<'h> Run<'h> {
     /// again. A settled one is answered from its row.
     pub(crate) async fn blocked_replay(&self, call: ToolCall) -> Slot<'h> {
         let harness = self.harness;
-        if let Some(ledger) = &harness.ledger
-            && let Ok(Some(row)) = guarded("get", ledger.get(&self.ctx.run_id, &call.id)).await
-        {
-            if let Some(stored) = row.result {
-                return Slot::Recorded {
-                    call,
-                    result: stored.to_tool_result(),
-                };
-            }
-            let why = format!(
-                "call {} started before the crash and its arguments held redacted secrets, so it cannot be replayed",
-                call.id
-            );
-            // Its tool can still say whether it acted (it needs no
-            // arguments for that).
-            if row.replay == ToolReplay::Never
-                && let Some(tool) = harness.tools.get(&row.tool_name)
-            {
+        let Some(ledger) = &harness.ledger else {
+            return self.refuse_blocked(call, None).await;
+        };
+        let Ok(Some(row)) = guarded("get", ledger.get(&self.ctx.run_id, &call.id)).await else {
+            return self.refuse_blocked(call, None).await;
+        };
+        if let Some(stored) = row.result {
+            return Slot::Recorded {
+                call,
+                result: stored.to_tool_result(),
+            };
+        }
+        let why = format!(
+            "call {} started before the crash and its arguments held redacted secrets, so it cannot be replayed",
+            call.id
+        );
+        // Its tool can still say whether it acted (it needs no arguments for
+        // that); a finding recorded settles the row, else it is settled here.
+        let tool = (row.replay == ToolReplay::Never)
+            .then(|| harness.tools.get(&row.tool_name))
+            .flatten();
+        let (text, settle) = match tool {
+            None => (format!("interrupted, outcome unknown: {why}"), true),
+            Some(tool) => {
                 let finding = harness
                     .ask_reconcile(
                         &row.run_id,
@@ -82,38 +88,36 @@ impl<'h> Run<'h> {
                         self.ctx.cancellation(),
                     )
                     .await;
-                let redaction = self.events.redaction();
                 let recorded = harness
-                    .record_finding(ledger.as_ref(), redaction, &row.run_id, &call.id, &finding)
+                    .record_finding(
+                        ledger.as_ref(),
+                        self.events.redaction(),
+                        &row.run_id,
+                        &call.id,
+                        &finding,
+                    )
                     .await;
-                let text = match (recorded, finding.found) {
+                match (recorded, finding.found) {
                     (Ok(()), Found::Happened(result)) => return Slot::Recorded { call, result },
-                    (Ok(()), Found::NotHappened) => {
-                        format!("refused: {}; it never acted, and {why}", finding.note)
-                    }
-                    (Ok(()), Found::Unknown) => {
-                        format!("interrupted, outcome unknown: {why}; {}", finding.note)
-                    }
-                    (Err(error), _) => {
-                        let text = format!(
+                    (Ok(()), Found::NotHappened) => (
+                        format!("refused: {}; it never acted, and {why}", finding.note),
+                        false,
+                    ),
+                    (Ok(()), Found::Unknown) => (
+                        format!("interrupted, outcome unknown: {why}; {}", finding.note),
+                        false,
+                    ),
+                    (Err(error), _) => (
+                        format!(
                             "interrupted, outcome unknown: {why}; {} (not recorded: {error})",
                             finding.note
-                        );
-                        harness
-                            .settle_row(
-                                &self.ctx,
-                                &self.events,
-                                &call.id,
-                                Outcome::Interrupted(text.clone()),
-                            )
-                            .await;
-                        text
-                    }
-                };
-                let refusal = TinyAgentsError::tool_failed(call.name.clone(), text);
-                return self.refused_slot(call, &refusal).await;
+                        ),
+                        true,
+                    ),
+                }
             }
-            let text = format!("interrupted, outcome unknown: {why}");
+        };
+        if settle {
             harness
                 .settle_row(
                     &self.ctx,
@@ -122,13 +126,19 @@ impl<'h> Run<'h> {
                     Outcome::Interrupted(text.clone()),
                 )
                 .await;
-            let refusal = TinyAgentsError::tool_failed(call.name.clone(), text);
-            return self.refused_slot(call, &refusal).await;
         }
-        let text = format!(
-            "refused: call {} cannot be replayed after a crash: its arguments held secrets that were never persisted",
-            call.id
-        );
+        self.refuse_blocked(call, Some(text)).await
+    }
+
+    /// The refusal of a call that cannot be replayed: `text`, or without a
+    /// row to say more, that its arguments were never persisted.
+    async fn refuse_blocked(&self, call: ToolCall, text: Option<String>) -> Slot<'h> {
+        let text = text.unwrap_or_else(|| {
+            format!(
+                "refused: call {} cannot be replayed after a crash: its arguments held secrets that were never persisted",
+                call.id
+            )
+        });
         let refusal = TinyAgentsError::tool_failed(call.name.clone(), text);
         self.refused_slot(call, &refusal).await
     }

@@ -207,50 +207,26 @@ pub(crate) fn resolve(
     let write = rules::check_resolve(run, call, row.as_ref(), resolve, max_bytes)?;
     let by = resolve.by.stored();
     let effect = resolve.found.effect().as_str();
-    let updated = match write {
-        ResolveWrite::Settle { status, result } => {
-            let metadata = result.metadata.as_ref().map(ToString::to_string);
-            conn.prepare_cached(
-                "UPDATE calls SET status = ?3, settled_at = ?4, content = ?5, is_error = ?6, \
-                 metadata = ?7, control = ?8, original_bytes = ?9, truncated = ?10, \
-                 resolved_effect = ?11, resolved_by = ?12, resolved_at = ?4, resolved_note = ?13 \
-                 WHERE run_id = ?1 AND call_id = ?2 AND status = 'started'",
-            )
-            .and_then(|mut stmt| {
-                stmt.execute(params![
-                    run.as_str(),
-                    call.as_str(),
-                    status.as_str(),
-                    millis(now),
-                    result.content,
-                    result.is_error,
-                    metadata,
-                    result.control.map(control_str),
-                    i64::try_from(result.original_bytes).unwrap_or(i64::MAX),
-                    result.truncated,
-                    effect,
-                    by,
-                    resolve.note,
-                ])
-            })
-        }
-        ResolveWrite::Record => conn
-            .prepare_cached(
-                "UPDATE calls SET resolved_effect = ?3, resolved_by = ?4, resolved_at = ?5, \
-                 resolved_note = ?6 WHERE run_id = ?1 AND call_id = ?2 AND status = 'interrupted'",
-            )
-            .and_then(|mut stmt| {
-                stmt.execute(params![
-                    run.as_str(),
-                    call.as_str(),
-                    effect,
-                    by,
-                    millis(now),
-                    resolve.note,
-                ])
-            }),
+    if let ResolveWrite::Settle { status, result } = write {
+        // The same transaction as the resolution below: both or neither.
+        settle(conn, run, call, status, &result, now)?;
     }
-    .map_err(db(op))?;
+    let updated = conn
+        .prepare_cached(
+            "UPDATE calls SET resolved_effect = ?3, resolved_by = ?4, resolved_at = ?5, \
+             resolved_note = ?6 WHERE run_id = ?1 AND call_id = ?2",
+        )
+        .and_then(|mut stmt| {
+            stmt.execute(params![
+                run.as_str(),
+                call.as_str(),
+                effect,
+                by,
+                millis(now),
+                resolve.note,
+            ])
+        })
+        .map_err(db(op))?;
     if updated == 1 {
         Ok(())
     } else {
