@@ -162,11 +162,21 @@ impl Tool for Pay {
 pub(crate) struct Batch {
     spec: ToolSpec,
     answer: Option<Reconciled>,
+    target: &'static str,
     pub(crate) calls: AtomicUsize,
 }
 
 impl Batch {
     pub(crate) fn new(replay: ToolReplay, answer: Option<Reconciled>) -> Arc<Self> {
+        Self::calling("pay", replay, answer)
+    }
+
+    /// A batch whose nested calls go to `target` instead of `pay`.
+    pub(crate) fn calling(
+        target: &'static str,
+        replay: ToolReplay,
+        answer: Option<Reconciled>,
+    ) -> Arc<Self> {
         Arc::new(Self {
             spec: ToolSpec::new(
                 "batch",
@@ -175,6 +185,7 @@ impl Batch {
             )
             .replay(replay),
             answer,
+            target,
             calls: AtomicUsize::new(0),
         })
     }
@@ -199,7 +210,7 @@ impl Tool for Batch {
             .expect("installed by the agent loop");
         let mut said = Vec::new();
         for to in args["to"].as_array().cloned().unwrap_or_default() {
-            let answer = match harness.call_tool("pay", json!({ "to": to })).await {
+            let answer = match harness.call_tool(self.target, json!({ "to": to })).await {
                 Ok(result) => result.content,
                 Err(error) => format!("refused: {error}"),
             };

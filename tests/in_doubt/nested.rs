@@ -12,7 +12,7 @@ use tinyagents::{
     CallId, CallStatus, EffectLedger, Found, MemoryLedger, Reconciled, Resolve, RunId, RunState,
     ToolReplay,
 };
-use tinyagents_tests::call_answer;
+use tinyagents_tests::{Behaviour, ProbeTool, call_answer};
 
 use super::bank::{Answer, Bank, Batch, Pay, Stall, crash_when, harness};
 use super::{batch_turn, in_doubt, listed, recover, row};
@@ -220,4 +220,32 @@ async fn i18_2_a_parent_that_reconciles_not_done_runs_again_and_its_nested_calls
     let parent = row(&ledger, "not-done-parent", "p1").await;
     assert_eq!((parent.status, parent.attempts), (CallStatus::Completed, 2));
     assert!(!listed(&ledger, "not-done-parent").await);
+}
+
+/// A replay-safe nested call left started under a parent that does not run
+/// again is settled interrupted without asking its tool (running it again
+/// would be harmless), is not in doubt, and the answer says so.
+#[tokio::test]
+async fn i18_1_a_replay_safe_nested_call_under_an_interrupted_parent_is_settled_not_in_doubt() {
+    let ledger: Arc<dyn EffectLedger> = Arc::new(MemoryLedger::new());
+    let started = Arc::new(tokio::sync::Notify::new());
+    let read = ProbeTool::new("read", true, Behaviour::BlockOnce(started.clone()))
+        .with_spec(|s| s.replay(ToolReplay::Safe));
+    let batch = Batch::calling("read", ToolReplay::Never, None);
+    let tools = || -> Vec<Arc<dyn Tool>> { vec![batch.clone(), read.clone()] };
+    let model = vec![batch_turn(&["ann"]), ChatResponse::text("unreachable")];
+    let first = harness(model, ledger.clone(), tools());
+    crash_when(&first, "safe-orphan", &started).await;
+    let second = harness(vec![ChatResponse::text("told")], ledger.clone(), tools());
+    let (run, _) = recover(&second, "safe-orphan").await;
+    let (answer, _) = call_answer(&run.messages, "p1").unwrap();
+    assert!(
+        answer.contains("its nested calls: p1/1 (read): not run again (replay-safe)"),
+        "{answer}"
+    );
+    let nested = row(&ledger, "safe-orphan", "p1/1").await;
+    assert_eq!(nested.status, CallStatus::Interrupted);
+    assert!(!nested.is_unresolved());
+    assert_eq!(read.calls.load(Ordering::SeqCst), 1, "not run again");
+    assert_eq!(in_doubt(&ledger, "safe-orphan").await, ["p1"]);
 }

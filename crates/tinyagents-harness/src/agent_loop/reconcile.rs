@@ -38,6 +38,9 @@ pub struct Reconciliation {
     pub call_id: CallId,
     /// Its tool.
     pub tool_name: String,
+    /// Its replay class: a replay-safe call is settled without asking its
+    /// tool (running it again would be harmless).
+    pub replay: ToolReplay,
     /// What is known of its effect now.
     pub effect: Effect,
     /// How it was found out (or why it is still unknown).
@@ -46,7 +49,13 @@ pub struct Reconciliation {
 
 impl Reconciliation {
     fn line(&self) -> String {
-        format!("{} ({}): {}", self.call_id, self.tool_name, self.effect)
+        match self.replay {
+            ToolReplay::Safe => format!(
+                "{} ({}): not run again (replay-safe)",
+                self.call_id, self.tool_name
+            ),
+            ToolReplay::Never => format!("{} ({}): {}", self.call_id, self.tool_name, self.effect),
+        }
     }
 }
 
@@ -303,6 +312,7 @@ impl AgentHarness {
         let reconciliation = |effect, note: String| Reconciliation {
             call_id: row.call_id.clone(),
             tool_name: row.tool_name.clone(),
+            replay: row.replay,
             effect,
             note,
         };
