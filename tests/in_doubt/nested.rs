@@ -249,3 +249,76 @@ async fn i18_1_a_replay_safe_nested_call_under_an_interrupted_parent_is_settled_
     assert_eq!(read.calls.load(Ordering::SeqCst), 1, "not run again");
     assert_eq!(in_doubt(&ledger, "safe-orphan").await, ["p1"]);
 }
+
+/// Every answer of a nested call's reconciliation, met again under a
+/// replay-safe parent that runs again: `NotDone` runs it once now; `Unknown`,
+/// an error, a panic and a timeout answer the parent's nested call
+/// "interrupted, outcome unknown" (naming the cause) and leave it in doubt.
+#[tokio::test]
+async fn i18_2_every_reconciliation_answer_of_a_nested_call_under_a_rerun_parent() {
+    let cases = [
+        (Answer::Lookup, Stall::BeforePaying, None),
+        (Answer::Unknown, Stall::AfterPaying, Some("could not tell")),
+        (
+            Answer::Fail,
+            Stall::AfterPaying,
+            Some("failed: the bank's API answered 503"),
+        ),
+        (
+            Answer::Panic,
+            Stall::AfterPaying,
+            Some("panicked: the bank's client panicked"),
+        ),
+        (
+            Answer::Hang,
+            Stall::AfterPaying,
+            Some("did not answer within 200 ms"),
+        ),
+    ];
+    for (answer, stall, cause) in cases {
+        let ledger: Arc<dyn EffectLedger> = Arc::new(MemoryLedger::new());
+        let bank = Bank::new();
+        let pay = Pay::new(&bank, answer, stall);
+        let batch = Batch::new(ToolReplay::Safe, None);
+        let model = vec![batch_turn(&["ann"]), ChatResponse::text("unreachable")];
+        let first = harness(model, ledger.clone(), tools(&batch, &pay));
+        crash_when(&first, "nested-answers", &pay.stalled()).await;
+        let second = harness(
+            vec![ChatResponse::text("told")],
+            ledger.clone(),
+            tools(&batch, &pay),
+        );
+        let (run, _) = recover(&second, "nested-answers").await;
+        let (said, _) = call_answer(&run.messages, "p1").unwrap();
+        let nested = row(&ledger, "nested-answers", "p1/1").await;
+        assert_eq!(bank.payments(), 1, "{cause:?}: paid once");
+        match cause {
+            None => {
+                assert_eq!(said, "paid ann", "not done, so it ran once now");
+                assert_eq!((nested.status, nested.attempts), (CallStatus::Completed, 2));
+                assert_eq!(nested.resolution.unwrap().effect, Effect::NotHappened);
+                assert!(in_doubt(&ledger, "nested-answers").await.is_empty());
+            }
+            Some(cause) => {
+                assert!(
+                    said.starts_with("refused:")
+                        && said.contains("interrupted, outcome unknown")
+                        && said.contains(cause),
+                    "{cause}: {said}"
+                );
+                assert_eq!(nested.status, CallStatus::Interrupted, "{cause}");
+                assert!(nested.is_unresolved(), "{cause}");
+                assert_eq!(
+                    in_doubt(&ledger, "nested-answers").await,
+                    ["p1/1"],
+                    "{cause}"
+                );
+                assert_eq!(
+                    pay.calls.load(Ordering::SeqCst),
+                    1,
+                    "{cause}: never repeated"
+                );
+            }
+        }
+    }
+}
