@@ -16,6 +16,7 @@ use rustls_platform_verifier::BuilderVerifierExt;
 use tinyagents_core::{ChatResponse, DeltaSink, ModelDelta, ModelError};
 
 use crate::retry::{self, RetryPolicy};
+use crate::secret::Secrets;
 use crate::wire::{Failure, Stream, WireFormat, classify_status, malformed};
 
 /// The most bytes of an error response that are read (for its message).
@@ -93,10 +94,12 @@ impl HttpOptions {
 pub(crate) struct Http {
     client: reqwest::Client,
     options: HttpOptions,
+    /// What the client's errors must never show.
+    secrets: Secrets,
 }
 
 impl Http {
-    pub(crate) fn new(options: HttpOptions) -> Result<Self, ModelError> {
+    pub(crate) fn new(options: HttpOptions, secrets: Secrets) -> Result<Self, ModelError> {
         let client = reqwest::Client::builder()
             .tls_backend_preconfigured(tls_config()?)
             .connect_timeout(options.connect_timeout)
@@ -104,7 +107,11 @@ impl Http {
             .map_err(|e| ModelError::InvalidRequest {
                 message: format!("cannot build the HTTP client: {}", chain(&e)),
             })?;
-        Ok(Self { client, options })
+        Ok(Self {
+            client,
+            options,
+            secrets,
+        })
     }
 
     pub(crate) fn options(&self) -> &HttpOptions {
@@ -136,10 +143,10 @@ impl Http {
             };
             if !failure.retryable || retry >= policy.max_retries || emitted.load(Ordering::Relaxed)
             {
-                return Err(failure.error);
+                return Err(self.secrets.scrub_error(failure.error));
             }
             let Some(wait) = policy.delay(retry, failure.retry_after) else {
-                return Err(failure.error);
+                return Err(self.secrets.scrub_error(failure.error));
             };
             tokio::time::sleep(wait).await;
             retry += 1;
@@ -311,6 +318,6 @@ mod tests {
             config.crypto_provider(),
             tls_config().unwrap().crypto_provider()
         ));
-        assert!(Http::new(HttpOptions::default()).is_ok());
+        assert!(Http::new(HttpOptions::default(), Secrets::default()).is_ok());
     }
 }

@@ -32,6 +32,7 @@ mod http;
 pub mod openai;
 mod retry;
 mod scripted;
+mod secret;
 mod spec;
 pub mod sse;
 mod wire;

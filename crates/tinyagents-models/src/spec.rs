@@ -15,7 +15,8 @@ use std::sync::Arc;
 use tinyagents_core::{ChatModel, ModelError};
 
 use crate::anthropic::{AnthropicConfig, AnthropicModel};
-use crate::openai::{OpenAiConfig, OpenAiModel};
+use crate::openai::{OpenAiConfig, OpenAiModel, ToolOnlyContent};
+use crate::secret::redact_url;
 
 /// The variable [`from_env`] reads.
 pub const MODEL_ENV_VAR: &str = "TINYAGENTS_MODEL";
@@ -32,7 +33,7 @@ pub enum SpecError {
     },
     /// The provider is not one this crate knows.
     #[error(
-        "unknown model provider {provider:?} (known: openai, anthropic, ollama, openai-compatible)"
+        "unknown model provider {provider:?} (known: openai, anthropic, ollama, openai-compatible, llama-cpp)"
     )]
     UnknownProvider {
         /// The provider as written.
@@ -68,7 +69,7 @@ pub enum SpecError {
 }
 
 /// A parsed model spec.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum ModelSpec {
     /// `openai:<model>`.
@@ -93,6 +94,36 @@ pub enum ModelSpec {
         /// The model name.
         model: String,
     },
+    /// `llama-cpp:<base url>#<model>`: an OpenAI-compatible llama.cpp
+    /// server (llama-cpp-python's, `llama-server`), which needs an empty
+    /// string, not `null`, as the text of a turn that only calls tools
+    /// ([`ToolOnlyContent::EmptyString`](crate::openai::ToolOnlyContent)).
+    LlamaCpp {
+        /// The API root, e.g. `http://localhost:8000/v1`.
+        base_url: String,
+        /// The model name.
+        model: String,
+    },
+}
+
+impl std::fmt::Debug for ModelSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::OpenAi { model } => f.debug_struct("OpenAi").field("model", model).finish(),
+            Self::Anthropic { model } => f.debug_struct("Anthropic").field("model", model).finish(),
+            Self::Ollama { model } => f.debug_struct("Ollama").field("model", model).finish(),
+            Self::OpenAiCompatible { base_url, model } => f
+                .debug_struct("OpenAiCompatible")
+                .field("base_url", &redact_url(base_url))
+                .field("model", model)
+                .finish(),
+            Self::LlamaCpp { base_url, model } => f
+                .debug_struct("LlamaCpp")
+                .field("base_url", &redact_url(base_url))
+                .field("model", model)
+                .finish(),
+        }
+    }
 }
 
 impl ModelSpec {
@@ -102,13 +133,13 @@ impl ModelSpec {
         let (provider, rest) = spec
             .split_once(':')
             .ok_or_else(|| SpecError::MissingProvider {
-                spec: spec.to_owned(),
+                spec: redact_url(spec),
             })?;
         let model = |m: &str| {
             let m = m.trim();
             if m.is_empty() {
                 Err(SpecError::MissingModel {
-                    spec: spec.to_owned(),
+                    spec: redact_url(spec),
                 })
             } else {
                 Ok(m.to_owned())
@@ -124,15 +155,18 @@ impl ModelSpec {
             "ollama" => Ok(Self::Ollama {
                 model: model(rest)?,
             }),
-            "openai-compatible" => {
+            compatible @ ("openai-compatible" | "llama-cpp") => {
                 let (base_url, name) =
                     rest.rsplit_once('#')
                         .ok_or_else(|| SpecError::MissingModel {
-                            spec: spec.to_owned(),
+                            spec: redact_url(spec),
                         })?;
-                Ok(Self::OpenAiCompatible {
-                    base_url: http_url(base_url.trim())?,
-                    model: model(name)?,
+                let base_url = http_url(base_url.trim())?;
+                let model = model(name)?;
+                Ok(if compatible == "llama-cpp" {
+                    Self::LlamaCpp { base_url, model }
+                } else {
+                    Self::OpenAiCompatible { base_url, model }
                 })
             }
             other => Err(SpecError::UnknownProvider {
@@ -199,6 +233,12 @@ impl ModelSpec {
                 config.api_key = var("OPENAI_COMPATIBLE_API_KEY");
                 Arc::new(OpenAiModel::new(config).map_err(client)?)
             }
+            Self::LlamaCpp { base_url, model } => {
+                let mut config = OpenAiConfig::compatible(base_url, model)
+                    .with_tool_only_content(ToolOnlyContent::EmptyString);
+                config.api_key = var("OPENAI_COMPATIBLE_API_KEY");
+                Arc::new(OpenAiModel::new(config).map_err(client)?)
+            }
         };
         Ok(model)
     }
@@ -222,7 +262,7 @@ fn http_url(url: &str) -> Result<String, SpecError> {
             Ok(url.to_owned())
         }
         _ => Err(SpecError::InvalidBaseUrl {
-            url: url.to_owned(),
+            url: redact_url(url),
         }),
     }
 }

@@ -6,6 +6,10 @@
 //! once). Comments (`:` lines), `id` and `retry` fields are ignored. An event
 //! larger than the parser's cap is an error, so a server that never ends a
 //! line cannot make us buffer without bound.
+//!
+//! The work is linear in the bytes received, however they are split: the
+//! search for a line end resumes where the last one stopped, so a long line
+//! that arrives a byte at a time is scanned once, not once per byte.
 
 use tinyagents_core::ModelError;
 
@@ -22,7 +26,13 @@ pub struct SseEvent {
 #[derive(Debug)]
 pub struct SseParser {
     buf: Vec<u8>,
+    /// Where the unconsumed bytes start.
     start: usize,
+    /// How far past `start` the search for a line end has looked (`buf`
+    /// index): no line end lies in `start..scanned`.
+    scanned: usize,
+    /// Bytes examined by the line-end search, for the tests' work bound.
+    examined: u64,
     skip_lf: bool,
     event: Option<String>,
     data: String,
@@ -37,6 +47,8 @@ impl SseParser {
         Self {
             buf: Vec::new(),
             start: 0,
+            scanned: 0,
+            examined: 0,
             skip_lf: false,
             event: None,
             data: String::new(),
@@ -50,11 +62,20 @@ impl SseParser {
         if self.start > 0 && self.start == self.buf.len() {
             self.buf.clear();
             self.start = 0;
+            self.scanned = 0;
         } else if self.start > 4096 && self.start * 2 > self.buf.len() {
+            // Amortised: what is moved is at most what was consumed.
             self.buf.drain(..self.start);
+            self.scanned -= self.start;
             self.start = 0;
         }
         self.buf.extend_from_slice(bytes);
+    }
+
+    /// How many bytes the line-end search has examined in all (each byte
+    /// pushed is examined once).
+    pub fn examined(&self) -> u64 {
+        self.examined
     }
 
     /// The next complete event, if the bytes pushed so far hold one.
@@ -66,19 +87,29 @@ impl SseParser {
                 }
                 self.skip_lf = false;
             }
-            let rest = &self.buf[self.start..];
-            let Some(end) = rest.iter().position(|&b| b == b'\n' || b == b'\r') else {
+            // Resume the search where it stopped: bytes already examined
+            // hold no line end.
+            let from = self.scanned.max(self.start);
+            let unexamined = &self.buf[from..];
+            let found = unexamined.iter().position(|&b| b == b'\n' || b == b'\r');
+            let looked = found.map_or(unexamined.len(), |at| at + 1);
+            self.examined = self.examined.saturating_add(looked as u64);
+            let Some(at) = found else {
+                self.scanned = self.buf.len();
                 // Room for the field name, so an event just under the cap
                 // is accepted however its bytes were split.
                 let slack = self.max_event_bytes.saturating_add(16);
-                if rest.len().saturating_add(self.data.len()) > slack {
+                let pending = self.buf.len() - self.start;
+                if pending.saturating_add(self.data.len()) > slack {
                     return Err(too_large(self.max_event_bytes));
                 }
                 return Ok(None);
             };
-            let is_cr = rest[end] == b'\r';
+            let end = from + at - self.start;
+            let is_cr = self.buf[from + at] == b'\r';
             let line_start = self.start;
             self.start += end + 1;
+            self.scanned = self.start;
             self.skip_lf = is_cr;
             let line = std::str::from_utf8(&self.buf[line_start..line_start + end])
                 .map_err(|_| malformed("event stream is not UTF-8"))?
@@ -98,6 +129,7 @@ impl SseParser {
         let rest = std::mem::take(&mut self.buf);
         let tail = rest.get(self.start..).unwrap_or_default();
         self.start = 0;
+        self.scanned = 0;
         if !tail.is_empty() {
             let line =
                 std::str::from_utf8(tail).map_err(|_| malformed("event stream is not UTF-8"))?;
@@ -208,6 +240,35 @@ mod tests {
             p.push(&text[split..]);
             got.extend(all(&mut p));
             assert_eq!(got, whole, "split at {split}");
+        }
+    }
+
+    /// Issue 12, item 1: a line fed a byte at a time is examined once,
+    /// not once per byte (the search was quadratic in the line's length).
+    #[test]
+    fn a_long_line_fed_a_byte_at_a_time_is_examined_once() {
+        for len in [64 * 1024, 512 * 1024] {
+            let line = format!("data: {}\n\n", "x".repeat(len));
+            let mut bytewise = SseParser::new(1 << 20);
+            let mut events = Vec::new();
+            for byte in line.as_bytes() {
+                bytewise.push(std::slice::from_ref(byte));
+                while let Some(event) = bytewise.next_event().unwrap() {
+                    events.push(event);
+                }
+            }
+            assert_eq!(events.len(), 1);
+            assert_eq!(events[0].data.len(), len);
+            let mut whole = SseParser::new(1 << 20);
+            whole.push(line.as_bytes());
+            assert_eq!(whole.next_event().unwrap().unwrap().data.len(), len);
+            let bytes = line.len() as u64;
+            assert!(
+                bytewise.examined() <= bytes && whole.examined() <= bytes,
+                "{len}: examined {} bytewise and {} whole of {bytes}",
+                bytewise.examined(),
+                whole.examined()
+            );
         }
     }
 

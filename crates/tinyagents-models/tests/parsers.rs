@@ -212,6 +212,79 @@ proptest! {
     }
 }
 
+/// The cap the clients use by default (`HttpOptions::max_event_bytes`).
+const CAP: usize = 1 << 20;
+
+/// `data: <len x's>` and a blank line, fed in `chunks` cut at `cuts` and
+/// with the bytes from `bytewise` on pushed one at a time: the events, and
+/// how many bytes the line-end search examined.
+fn long_line(
+    len: usize,
+    cuts: &[usize],
+    bytewise: usize,
+) -> (Result<Vec<SseEvent>, ModelError>, u64, usize) {
+    let text = format!("data: {}\n\n", "x".repeat(len));
+    let bytes = text.as_bytes();
+    let from = bytewise % (bytes.len() + 1);
+    let mut chunks = split(&bytes[..from], cuts);
+    chunks.extend(bytes[from..].chunks(1));
+    let mut parser = SseParser::new(CAP);
+    let mut events = Vec::new();
+    let mut outcome = Ok(());
+    'feed: for chunk in chunks {
+        parser.push(chunk);
+        loop {
+            match parser.next_event() {
+                Ok(Some(event)) => events.push(event),
+                Ok(None) => break,
+                Err(error) => {
+                    outcome = Err(error);
+                    break 'feed;
+                }
+            }
+        }
+    }
+    let result = outcome.and_then(|()| {
+        events.extend(parser.finish()?);
+        Ok(events)
+    });
+    (result, parser.examined(), bytes.len())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(16))]
+
+    /// Issue 12, item 1: a line up to the cap means the same however it is
+    /// split (a long stretch of it a byte at a time), and the search for
+    /// line ends examines each byte once: linear work, not quadratic.
+    #[test]
+    fn lines_up_to_the_cap_parse_the_same_in_linear_work_however_split(
+        len in 0usize..CAP,
+        cuts in prop::collection::vec(any::<usize>(), 0..32),
+        bytewise in any::<usize>(),
+    ) {
+        let (split_up, examined, bytes) = long_line(len, &cuts, bytewise);
+        let (whole, _, _) = long_line(len, &[], usize::MAX);
+        prop_assert_eq!(&split_up, &whole);
+        let events = split_up.unwrap();
+        prop_assert_eq!(events.len(), 1);
+        prop_assert_eq!(events[0].data.len(), len);
+        prop_assert!(examined <= bytes as u64, "examined {} of {} bytes", examined, bytes);
+    }
+
+    /// A line over the cap is refused however it is split, and the parser
+    /// stops at the cap (it never buffers the rest).
+    #[test]
+    fn lines_over_the_cap_are_refused_however_split(
+        over in 17usize..4096,
+        cuts in prop::collection::vec(any::<usize>(), 0..32),
+        bytewise in any::<usize>(),
+    ) {
+        let (result, _, _) = long_line(CAP + over, &cuts, bytewise);
+        prop_assert!(matches!(result, Err(ModelError::Malformed { .. })), "{:?}", result.map(|e| e.len()));
+    }
+}
+
 const OPENAI_STREAM: &str = concat!(
     "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hé\",\"tool_calls\":[{\"index\":0,\"id\":\"c1\",\"function\":{\"name\":\"add\",\"arguments\":\"{\\\"a\\\"\"}}]}}]}\r\n\r\n",
     "data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":{\"arguments\":\":1}\"}}]},\"finish_reason\":\"tool_calls\"}]}\r\n\r\n",

@@ -15,6 +15,7 @@ use tinyagents_core::{ChatModel, ChatRequest, ChatResponse, DeltaSink, ModelErro
 
 use crate::http::{Http, HttpOptions};
 use crate::openai::header_value;
+use crate::secret::{Secrets, is_sensitive_header, redact_url};
 use crate::wire::WireFormat;
 
 /// Anthropic's API root.
@@ -47,7 +48,7 @@ impl std::fmt::Debug for AnthropicConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("AnthropicConfig")
             .field("model", &self.model)
-            .field("base_url", &self.base_url)
+            .field("base_url", &redact_url(&self.base_url))
             .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
             .field("version", &self.version)
             .field("max_tokens", &self.max_tokens)
@@ -111,13 +112,24 @@ impl AnthropicConfig {
 }
 
 /// A [`ChatModel`] speaking Anthropic's Messages API.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct AnthropicModel {
     model: String,
     max_tokens: u32,
     url: String,
     headers: HeaderMap,
     http: Http,
+}
+
+impl std::fmt::Debug for AnthropicModel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AnthropicModel")
+            .field("model", &self.model)
+            .field("url", &redact_url(&self.url))
+            .field("headers", &self.headers)
+            .field("http", &self.http)
+            .finish_non_exhaustive()
+    }
 }
 
 impl AnthropicModel {
@@ -141,14 +153,17 @@ impl AnthropicModel {
                     message: format!("invalid header name {name:?}"),
                 }
             })?;
-            headers.insert(name, header_value(value, "a header value")?);
+            let mut value = header_value(value, "a header value")?;
+            value.set_sensitive(is_sensitive_header(name.as_str()));
+            headers.insert(name, value);
         }
+        let secrets = Secrets::of(config.api_key.as_deref(), &config.base_url, &config.headers);
         Ok(Self {
             url: format!("{}/messages", config.base_url.trim_end_matches('/')),
             model: config.model,
             max_tokens: config.max_tokens,
             headers,
-            http: Http::new(config.http)?,
+            http: Http::new(config.http, secrets)?,
         })
     }
 

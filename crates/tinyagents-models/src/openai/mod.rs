@@ -15,6 +15,7 @@ use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderName, Header
 use tinyagents_core::{ChatModel, ChatRequest, ChatResponse, DeltaSink, ModelError};
 
 use crate::http::{Http, HttpOptions};
+use crate::secret::{Secrets, is_sensitive_header, redact_url};
 use crate::wire::WireFormat;
 
 /// OpenAI's API root.
@@ -39,17 +40,37 @@ pub struct OpenAiConfig {
     /// More headers for every request (`OpenAI-Organization`, OpenRouter's
     /// `HTTP-Referer`, …).
     pub headers: Vec<(String, String)>,
+    /// How an assistant turn that only calls tools sends its empty text
+    /// (`null` by default; see [`ToolOnlyContent`]).
+    pub tool_only_content: ToolOnlyContent,
     /// Timeouts, retries and size caps.
     pub http: HttpOptions,
+}
+
+/// How the text of an assistant turn that only calls tools is sent back to
+/// an OpenAI-compatible server. No one shape works everywhere: OpenAI
+/// documents `null`; llama-cpp-python's server declares the field a string
+/// and answers `null` with a 500 (`""` passes there and on OpenAI, but a
+/// proxy translating to Anthropic then injects an empty text block), and
+/// leaving the field out breaks its chat template. See `docs/models.md`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ToolOnlyContent {
+    /// `"content": null` (OpenAI's documented shape; the default).
+    #[default]
+    Null,
+    /// `"content": ""` (llama.cpp servers: the `llama-cpp:` spec prefix).
+    EmptyString,
 }
 
 impl std::fmt::Debug for OpenAiConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("OpenAiConfig")
             .field("model", &self.model)
-            .field("base_url", &self.base_url)
+            .field("base_url", &redact_url(&self.base_url))
             .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
             .field("use_max_completion_tokens", &self.use_max_completion_tokens)
+            .field("tool_only_content", &self.tool_only_content)
             .field(
                 "headers",
                 &self.headers.iter().map(|(k, _)| k).collect::<Vec<_>>(),
@@ -81,6 +102,7 @@ impl OpenAiConfig {
             api_key: None,
             use_max_completion_tokens: false,
             headers: Vec::new(),
+            tool_only_content: ToolOnlyContent::Null,
             http: HttpOptions::default(),
         }
     }
@@ -99,6 +121,13 @@ impl OpenAiConfig {
         self
     }
 
+    /// Sets how a turn that only calls tools sends its empty text.
+    #[must_use]
+    pub fn with_tool_only_content(mut self, shape: ToolOnlyContent) -> Self {
+        self.tool_only_content = shape;
+        self
+    }
+
     /// Sets timeouts, retries and caps.
     #[must_use]
     pub fn with_http(mut self, http: HttpOptions) -> Self {
@@ -108,13 +137,25 @@ impl OpenAiConfig {
 }
 
 /// A [`ChatModel`] speaking OpenAI's Chat Completions.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct OpenAiModel {
     model: String,
     max_tokens_key: &'static str,
+    tool_only_content: ToolOnlyContent,
     url: String,
     headers: HeaderMap,
     http: Http,
+}
+
+impl std::fmt::Debug for OpenAiModel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OpenAiModel")
+            .field("model", &self.model)
+            .field("url", &redact_url(&self.url))
+            .field("headers", &self.headers)
+            .field("http", &self.http)
+            .finish_non_exhaustive()
+    }
 }
 
 impl OpenAiModel {
@@ -134,8 +175,11 @@ impl OpenAiModel {
                     message: format!("invalid header name {name:?}"),
                 }
             })?;
-            headers.insert(name, header_value(value, "a header value")?);
+            let mut value = header_value(value, "a header value")?;
+            value.set_sensitive(is_sensitive_header(name.as_str()));
+            headers.insert(name, value);
         }
+        let secrets = Secrets::of(config.api_key.as_deref(), &config.base_url, &config.headers);
         Ok(Self {
             url: format!("{}/chat/completions", config.base_url.trim_end_matches('/')),
             max_tokens_key: if config.use_max_completion_tokens {
@@ -144,8 +188,9 @@ impl OpenAiModel {
                 "max_tokens"
             },
             model: config.model,
+            tool_only_content: config.tool_only_content,
             headers,
-            http: Http::new(config.http)?,
+            http: Http::new(config.http, secrets)?,
         })
     }
 
@@ -174,7 +219,11 @@ impl ChatModel for OpenAiModel {
 
     async fn chat(&self, request: ChatRequest<'_>) -> Result<ChatResponse, ModelError> {
         let stream = request.deltas.is_some();
-        let body = request::encode(&self.model, self.max_tokens_key, &request, stream)?;
+        let shape = request::Shape {
+            max_tokens_key: self.max_tokens_key,
+            tool_only_content: self.tool_only_content,
+        };
+        let body = request::encode(&self.model, shape, &request, stream)?;
         self.http
             .send::<Wire>(&self.url, &self.headers, Bytes::from(body), request.deltas)
             .await

@@ -7,13 +7,23 @@ use serde::Serialize;
 use serde::ser::SerializeMap;
 use tinyagents_core::{ChatRequest, Message, ModelError, ToolDefinition};
 
+use super::ToolOnlyContent;
 use crate::wire::WireIds;
 
-/// Encodes `request` for `model`. `max_tokens_key` is `max_completion_tokens`
-/// for OpenAI and `max_tokens` for servers that only know the older name.
+/// What differs between OpenAI-compatible servers in a request's shape.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Shape {
+    /// `max_completion_tokens` for OpenAI, `max_tokens` for servers that
+    /// only know the older name.
+    pub(crate) max_tokens_key: &'static str,
+    /// The text of a turn that only calls tools.
+    pub(crate) tool_only_content: ToolOnlyContent,
+}
+
+/// Encodes `request` for `model`, shaped for its server.
 pub(crate) fn encode(
     model: &str,
-    max_tokens_key: &'static str,
+    shape: Shape,
     request: &ChatRequest<'_>,
     stream: bool,
 ) -> Result<Vec<u8>, ModelError> {
@@ -21,14 +31,14 @@ pub(crate) fn encode(
     let messages: Vec<WireMessage<'_>> = request
         .messages
         .iter()
-        .map(|message| WireMessage::from_message(message, &mut ids))
+        .map(|message| WireMessage::from_message(message, &mut ids, shape.tool_only_content))
         .collect();
     let body = Body {
         model: request.options.model.as_deref().unwrap_or(model),
         messages,
         request,
         stream,
-        max_tokens_key,
+        max_tokens_key: shape.max_tokens_key,
     };
     serde_json::to_vec(&body).map_err(|e| ModelError::InvalidRequest {
         message: format!("cannot encode the request: {e}"),
@@ -61,6 +71,10 @@ impl Serialize for Body<'_> {
         if !self.request.tools.is_empty() {
             let tools: Vec<WireTool<'_>> = self.request.tools.iter().map(WireTool::new).collect();
             entry!("tools", &tools);
+            // OpenAI's default when tools are offered, sent explicitly:
+            // some servers (llama-cpp-python's) read a missing one as
+            // "none" and leave the tools out of the prompt.
+            entry!("tool_choice", "auto");
         }
         if let Some(temperature) = options.temperature {
             entry!("temperature", &temperature);
@@ -103,7 +117,11 @@ enum WireMessage<'a> {
 }
 
 impl<'a> WireMessage<'a> {
-    fn from_message(message: &'a Message, ids: &mut WireIds<'a>) -> Self {
+    fn from_message(
+        message: &'a Message,
+        ids: &mut WireIds<'a>,
+        tool_only_content: ToolOnlyContent,
+    ) -> Self {
         match message {
             Message::System { content } => Self::System { content },
             Message::User { content } => Self::User { content },
@@ -112,8 +130,13 @@ impl<'a> WireMessage<'a> {
                 tool_calls,
                 ..
             } => Self::Assistant {
-                // OpenAI wants `null`, not "", beside tool calls.
-                content: (!content.is_empty() || tool_calls.is_empty()).then_some(content.as_str()),
+                // Beside tool calls, an empty text is `null` for OpenAI and
+                // `""` for the servers that need a string.
+                content: match tool_only_content {
+                    _ if !content.is_empty() || tool_calls.is_empty() => Some(content.as_str()),
+                    ToolOnlyContent::Null => None,
+                    ToolOnlyContent::EmptyString => Some(""),
+                },
                 tool_calls: tool_calls
                     .iter()
                     .map(|call| WireToolCall {
@@ -225,8 +248,12 @@ mod tests {
             options: &options,
             deltas: None,
         };
+        let shape = |tool_only_content| Shape {
+            max_tokens_key: "max_completion_tokens",
+            tool_only_content,
+        };
         let body: Value = serde_json::from_slice(
-            &encode("gpt", "max_completion_tokens", &request, true).unwrap(),
+            &encode("gpt", shape(ToolOnlyContent::Null), &request, true).unwrap(),
         )
         .unwrap();
         assert_eq!(
@@ -244,6 +271,7 @@ mod tests {
                     {"role": "tool", "tool_call_id": "p2", "content": "bad"}
                 ],
                 "tools": [{"type": "function", "function": {"name": "add", "description": "adds", "parameters": {"type": "object"}}}],
+                "tool_choice": "auto",
                 "temperature": 0.5,
                 "max_completion_tokens": 99,
                 "stream": true,
@@ -251,5 +279,37 @@ mod tests {
                 "seed": 7
             })
         );
+        // Issue 12, item 4: for servers that need a string, the text of a
+        // turn that only calls tools is "" (a turn with text keeps it).
+        let body: Value = serde_json::from_slice(
+            &encode("gpt", shape(ToolOnlyContent::EmptyString), &request, false).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(body["messages"][2]["content"], json!(""));
+        assert_eq!(body["messages"][0]["content"], json!("be brief"));
+        // Issue 12, item 5: `tool_choice` only when tools are offered, and a
+        // caller's own value wins.
+        let no_tools = ChatRequest {
+            tools: &[],
+            ..request
+        };
+        let body: Value = serde_json::from_slice(
+            &encode("gpt", shape(ToolOnlyContent::Null), &no_tools, false).unwrap(),
+        )
+        .unwrap();
+        assert!(body.get("tool_choice").is_none());
+        let mut required = options.clone();
+        required
+            .extra
+            .insert("tool_choice".into(), json!("required"));
+        let forced = ChatRequest {
+            options: &required,
+            ..request
+        };
+        let body: Value = serde_json::from_slice(
+            &encode("gpt", shape(ToolOnlyContent::Null), &forced, false).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(body["tool_choice"], json!("required"));
     }
 }
