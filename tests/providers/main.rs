@@ -3,4 +3,6 @@
 //! against a real third-party server, `@copilotkit/aimock`.
 #![allow(missing_docs, clippy::unwrap_used, clippy::expect_used)]
 
+mod aimock;
 mod credentials;
+mod interop;

@@ -7,6 +7,7 @@
 #![allow(clippy::print_stdout)]
 
 mod instr;
+mod peers;
 
 use std::env;
 use std::ffi::OsString;
@@ -20,7 +21,9 @@ usage: cargo xtask <command>
 
 commands:
   ci [STEP...]   the CI gate, in order, stopping at the first failure:
-                 fmt, clippy, tests (nextest + doctests), doc, loom, deny;
+                 fmt, clippy, tests (nextest + doctests; installs the pinned
+                 @copilotkit/aimock into .tools/aimock with npm when it is
+                 missing), doc, loom, deny;
                  naming steps runs only those (`cargo xtask ci clippy tests`)
   bench [ARGS]   cargo bench --workspace over the bench targets; ARGS are
                  passed to cargo bench (after `--`: to the bench binaries)
@@ -211,6 +214,8 @@ impl Tool {
 /// One step of the gate: a name, tools it needs, commands run in order.
 struct Step {
     name: &'static str,
+    /// Servers the step's tests run against, installed when missing.
+    peers: Vec<fn() -> Result<(), String>>,
     tools: Vec<Tool>,
     commands: Vec<Cmd>,
     note: Option<&'static str>,
@@ -220,6 +225,7 @@ impl Step {
     fn new(name: &'static str, commands: Vec<Cmd>) -> Self {
         Self {
             name,
+            peers: Vec::new(),
             tools: Vec::new(),
             commands,
             note: None,
@@ -227,6 +233,9 @@ impl Step {
     }
 
     fn run(&self) -> Result<(), String> {
+        for peer in &self.peers {
+            peer()?;
+        }
         for tool in &self.tools {
             tool.ensure()?;
         }
@@ -256,6 +265,7 @@ fn ci_steps() -> Vec<Step> {
             ])],
         ),
         Step {
+            peers: vec![peers::ensure_aimock],
             tools: vec![Tool {
                 subcommand: "nextest",
                 krate: "cargo-nextest",

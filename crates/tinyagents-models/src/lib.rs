@@ -39,7 +39,7 @@ mod wire;
 
 pub use anthropic::{AnthropicConfig, AnthropicModel};
 pub use http::HttpOptions;
-pub use openai::{OpenAiConfig, OpenAiModel};
+pub use openai::{OpenAiConfig, OpenAiModel, ToolOnlyContent};
 pub use retry::RetryPolicy;
 pub use scripted::{RecordedRequest, ScriptedModel};
 pub use spec::{MODEL_ENV_VAR, ModelSpec, SpecError, from_env, from_spec};
