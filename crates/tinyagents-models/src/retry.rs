@@ -125,12 +125,23 @@ fn random_u64() -> u64 {
 /// The wait a response asked for: `retry-after-ms` (OpenAI), or
 /// `Retry-After` as seconds or as an HTTP date.
 pub(crate) fn retry_after(headers: &HeaderMap) -> Option<Duration> {
-    if let Some(ms) =
-        header_str(headers, "retry-after-ms").and_then(|v| v.trim().parse::<f64>().ok())
+    // The server's own headers first; then the upstream's as a proxy
+    // forwards them (LiteLLM prefixes them `llm_provider-`).
+    for prefix in ["", "llm_provider-"] {
+        if let Some(wait) = retry_after_named(headers, prefix) {
+            return Some(wait);
+        }
+    }
+    None
+}
+
+fn retry_after_named(headers: &HeaderMap, prefix: &str) -> Option<Duration> {
+    if let Some(ms) = header_str(headers, &format!("{prefix}retry-after-ms"))
+        .and_then(|v| v.trim().parse::<f64>().ok())
     {
         return seconds(ms / 1000.0);
     }
-    let value = header_str(headers, "retry-after")?.trim();
+    let value = header_str(headers, &format!("{prefix}retry-after"))?.trim();
     if let Ok(secs) = value.parse::<f64>() {
         return seconds(secs);
     }
@@ -259,5 +270,21 @@ mod tests {
             headers.insert("retry-after", HeaderValue::from_str(junk).unwrap());
             assert_eq!(retry_after(&headers), None, "{junk}");
         }
+    }
+
+    /// Issue 12: behind LiteLLM the upstream's wait arrives prefixed; the
+    /// server's own header still wins.
+    #[test]
+    fn reads_a_proxys_forwarded_retry_after_as_a_fallback() {
+        let mut headers = HeaderMap::new();
+        headers.insert("llm_provider-retry-after", HeaderValue::from_static("3"));
+        assert_eq!(retry_after(&headers), Some(Duration::from_secs(3)));
+        headers.insert(
+            "llm_provider-retry-after-ms",
+            HeaderValue::from_static("250"),
+        );
+        assert_eq!(retry_after(&headers), Some(Duration::from_millis(250)));
+        headers.insert("retry-after", HeaderValue::from_static("9"));
+        assert_eq!(retry_after(&headers), Some(Duration::from_secs(9)));
     }
 }

@@ -97,7 +97,9 @@ pub enum ModelSpec {
     /// `llama-cpp:<base url>#<model>`: an OpenAI-compatible llama.cpp
     /// server (llama-cpp-python's, `llama-server`), which needs an empty
     /// string, not `null`, as the text of a turn that only calls tools
-    /// ([`ToolOnlyContent::EmptyString`](crate::openai::ToolOnlyContent)).
+    /// ([`ToolOnlyContent::EmptyString`](crate::openai::ToolOnlyContent)),
+    /// and gets requests that offer tools whole, not streamed
+    /// ([`OpenAiConfig::stream_with_tools`](crate::OpenAiConfig)).
     LlamaCpp {
         /// The API root, e.g. `http://localhost:8000/v1`.
         base_url: String,
@@ -235,7 +237,8 @@ impl ModelSpec {
             }
             Self::LlamaCpp { base_url, model } => {
                 let mut config = OpenAiConfig::compatible(base_url, model)
-                    .with_tool_only_content(ToolOnlyContent::EmptyString);
+                    .with_tool_only_content(ToolOnlyContent::EmptyString)
+                    .with_stream_with_tools(false);
                 config.api_key = var("OPENAI_COMPATIBLE_API_KEY");
                 Arc::new(OpenAiModel::new(config).map_err(client)?)
             }

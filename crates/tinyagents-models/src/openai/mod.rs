@@ -43,6 +43,11 @@ pub struct OpenAiConfig {
     /// How an assistant turn that only calls tools sends its empty text
     /// (`null` by default; see [`ToolOnlyContent`]).
     pub tool_only_content: ToolOnlyContent,
+    /// Whether a request that offers tools may stream (the default). A
+    /// server that cannot stream tool calls (llama-cpp-python's
+    /// function-calling handler refuses `stream` with `tool_choice: auto`)
+    /// gets such requests whole, and its answer arrives without deltas.
+    pub stream_with_tools: bool,
     /// Timeouts, retries and size caps.
     pub http: HttpOptions,
 }
@@ -71,6 +76,7 @@ impl std::fmt::Debug for OpenAiConfig {
             .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
             .field("use_max_completion_tokens", &self.use_max_completion_tokens)
             .field("tool_only_content", &self.tool_only_content)
+            .field("stream_with_tools", &self.stream_with_tools)
             .field(
                 "headers",
                 &self.headers.iter().map(|(k, _)| k).collect::<Vec<_>>(),
@@ -103,6 +109,7 @@ impl OpenAiConfig {
             use_max_completion_tokens: false,
             headers: Vec::new(),
             tool_only_content: ToolOnlyContent::Null,
+            stream_with_tools: true,
             http: HttpOptions::default(),
         }
     }
@@ -128,6 +135,13 @@ impl OpenAiConfig {
         self
     }
 
+    /// Sets whether requests that offer tools may stream.
+    #[must_use]
+    pub fn with_stream_with_tools(mut self, stream: bool) -> Self {
+        self.stream_with_tools = stream;
+        self
+    }
+
     /// Sets timeouts, retries and caps.
     #[must_use]
     pub fn with_http(mut self, http: HttpOptions) -> Self {
@@ -142,6 +156,7 @@ pub struct OpenAiModel {
     model: String,
     max_tokens_key: &'static str,
     tool_only_content: ToolOnlyContent,
+    stream_with_tools: bool,
     url: String,
     headers: HeaderMap,
     http: Http,
@@ -189,6 +204,7 @@ impl OpenAiModel {
             },
             model: config.model,
             tool_only_content: config.tool_only_content,
+            stream_with_tools: config.stream_with_tools,
             headers,
             http: Http::new(config.http, secrets)?,
         })
@@ -218,14 +234,16 @@ impl ChatModel for OpenAiModel {
     }
 
     async fn chat(&self, request: ChatRequest<'_>) -> Result<ChatResponse, ModelError> {
-        let stream = request.deltas.is_some();
+        let stream =
+            request.deltas.is_some() && (self.stream_with_tools || request.tools.is_empty());
+        let deltas = if stream { request.deltas } else { None };
         let shape = request::Shape {
             max_tokens_key: self.max_tokens_key,
             tool_only_content: self.tool_only_content,
         };
         let body = request::encode(&self.model, shape, &request, stream)?;
         self.http
-            .send::<Wire>(&self.url, &self.headers, Bytes::from(body), request.deltas)
+            .send::<Wire>(&self.url, &self.headers, Bytes::from(body), deltas)
             .await
     }
 }

@@ -3,6 +3,7 @@
 
 use serde_json::json;
 use tinyagents_core::{CallId, Message, ModelDelta, ModelError, ModelToolCall, Usage};
+use tinyagents_models::{OpenAiConfig, OpenAiModel};
 
 use crate::server::{Reply, Server};
 use crate::{add_tool, chat, chat_streaming, fast_http, hello, openai_model, pieces};
@@ -295,4 +296,49 @@ async fn junk_and_oversized_bodies_are_malformed() {
         4,
         "malformed answers are not retried"
     );
+}
+
+/// Issue 12: a server that cannot stream tool calls (the `llama-cpp:`
+/// spec sets it) gets a request that offers tools whole, even when the
+/// caller listens for deltas, with `""` as a tool-only turn's text; a
+/// request without tools still streams.
+#[tokio::test]
+async fn a_server_without_streamed_tool_calls_gets_tool_requests_whole() {
+    let server = Server::start(vec![
+        Reply::json(200, WHOLE),
+        Reply::sse(&pieces(STREAM, 64)),
+    ])
+    .await;
+    let config = OpenAiConfig::compatible(format!("{}/v1", server.url()), "local")
+        .with_tool_only_content(tinyagents_models::ToolOnlyContent::EmptyString)
+        .with_stream_with_tools(false)
+        .with_http(fast_http());
+    let model = OpenAiModel::new(config).unwrap();
+    let mut messages = hello();
+    messages.push(Message::Assistant {
+        content: String::new(),
+        tool_calls: vec![
+            ModelToolCall::from_text(Some("call_0".into()), "add", "{}")
+                .into_call(CallId::new("p1")),
+        ],
+        reasoning: None,
+    });
+    messages.push(Message::Tool {
+        call_id: CallId::new("p1"),
+        provider_id: Some("call_0".into()),
+        name: "add".into(),
+        content: "3".into(),
+        is_error: false,
+    });
+    let (whole, deltas) = chat_streaming(&model, &messages, &add_tool()).await;
+    assert_eq!(whole.unwrap().tool_calls.len(), 2);
+    assert!(deltas.is_empty(), "answered whole");
+    let sent = server.requests()[0].json();
+    assert_eq!(sent.get("stream"), None);
+    assert_eq!(sent["tool_choice"], json!("auto"));
+    assert_eq!(sent["messages"][2]["content"], json!(""));
+    let (streamed, deltas) = chat_streaming(&model, &hello(), &[]).await;
+    assert!(streamed.is_ok());
+    assert!(!deltas.is_empty(), "no tools offered: streamed");
+    assert_eq!(server.requests()[1].json()["stream"], json!(true));
 }
