@@ -1,5 +1,9 @@
 //! The providers against a real HTTP server on loopback, started by each
-//! test, answering in each provider's documented wire format.
+//! test, answering in each provider's documented wire format. It covers
+//! what a third-party server cannot be made to do: exact request bodies,
+//! events split at every byte, oversize lines, invalid UTF-8, retry counts,
+//! timeouts and cancellation. Both clients against a server no one here
+//! wrote (aimock) are in `tests/providers/` at the workspace root.
 
 #![allow(
     clippy::unwrap_used,
