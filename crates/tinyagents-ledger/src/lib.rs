@@ -7,7 +7,12 @@
 //! result when it ends. After a restart, [`EffectLedger::unresolved`] lists
 //! the calls in doubt, [`EffectLedger::get`] answers a settled call from its
 //! row, and the run's last checkpoint ([`EffectLedger::load_checkpoint`]: a
-//! base and the entries appended since) resumes it. A call that asked for an
+//! base and the entries appended since) resumes it. A call whose effect is
+//! unknown never drops out of view: it keeps its run in
+//! [`EffectLedger::unfinished_runs`], is listed ledger-wide by
+//! [`EffectLedger::in_doubt`] and is never pruned, until a tool's
+//! reconciliation or a person records what happened
+//! ([`EffectLedger::resolve`]). A call that asked for an
 //! approval while it ran rests *deferred* until it starts again. A new run
 //! claims its id ([`EffectLedger::begin_run`]) so that it never meets an old
 //! run's rows. Rows are keyed by (run id, call id); the arguments' hash
