@@ -9,6 +9,7 @@ mod appends;
 mod beyond_spec;
 mod caching;
 mod conversations;
+mod crashed;
 mod delegated_shape;
 mod discovery;
 mod function;

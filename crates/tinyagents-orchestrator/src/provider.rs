@@ -26,7 +26,7 @@ use tinyagents_core::{
     ToolResult,
 };
 use tinyagents_harness::{EventSink, RunRequest, ToolExecutionContext};
-use tinytools::{Tool, ToolCallOptions, ToolRunContext, ToolSpec};
+use tinytools::{Reconciled, Tool, ToolCallOptions, ToolRunContext, ToolSpec};
 
 use crate::agent::Agent;
 use crate::error::AgentToolError;
@@ -360,5 +360,18 @@ impl Tool for AgentAsTool {
             // Detail: the calling model reads it only with detailed errors on.
             Err(error) => Err(anyhow::Error::new(error)),
         }
+    }
+
+    /// A delegated call in doubt after a crash: the child run it started
+    /// will never be continued (its answer would reach nobody), so it is
+    /// ended and its own calls in doubt are put to the child's tools. Whether
+    /// the delegation as a whole did what was asked stays unknown.
+    async fn reconcile(&self, context: &ToolRunContext) -> anyhow::Result<Reconciled> {
+        let child = child_run_id(context.run_id(), context.call_id());
+        self.agent
+            .harness(self.caller_air_gapped)
+            .abandon(&child)
+            .await?;
+        Ok(Reconciled::Unknown)
     }
 }

@@ -395,6 +395,32 @@ impl AgentHarness {
     }
 }
 
+impl AgentHarness {
+    /// Ends a run that will never be continued, such as a delegated run
+    /// whose caller was interrupted by a crash: marks it finished in the
+    /// ledger (no call of it starts again), then asks its tools about its
+    /// calls in doubt and records what they find, as
+    /// [`reconcile`](Self::reconcile) does. A run the ledger does not know
+    /// is left alone, and so is every run of a harness without a ledger
+    /// (nothing of it was recorded). Call it only when nothing runs it any
+    /// more.
+    pub async fn abandon(&self, run_id: &RunId) -> Result<Vec<Reconciliation>, TinyAgentsError> {
+        let Some(ledger) = &self.ledger else {
+            return Ok(Vec::new());
+        };
+        let state = guarded("run_state", ledger.run_state(run_id))
+            .await
+            .map_err(|e| TinyAgentsError::State(e.to_string()))?;
+        if state == RunState::Unknown {
+            return Ok(Vec::new());
+        }
+        guarded("mark_run_finished", ledger.mark_run_finished(run_id))
+            .await
+            .map_err(|e| TinyAgentsError::State(e.to_string()))?;
+        self.reconcile(run_id).await
+    }
+}
+
 /// The answer the model reads for a call whose row a reconciliation
 /// settled without running it, `refused` being why it was not simply run.
 pub(crate) fn unknown_answer(refused: &LedgerError, note: &str) -> String {

@@ -181,6 +181,14 @@ impl AgentHarness {
             .ok_or_else(|| {
                 TinyAgentsError::State(format!("run {run_id} has no checkpoint to recover from"))
             })?;
+        if saved.depth > 0 {
+            // Its caller will never read its answer: continuing it would
+            // act for nobody. Its caller's recovery ends it (`abandon`).
+            return Err(TinyAgentsError::State(format!(
+                "run {run_id} is a delegated run (depth {}): it is not recovered on its own; recover the run that delegated to it, whose recovery ends this one and reconciles its calls in doubt",
+                saved.depth
+            )));
+        }
         let blocked = saved.replay_blocked.clone();
         let (ctx, mut state) = self.restore(saved, options);
         // Calls issued after a checkpoint that was lost keep their rows; new
