@@ -35,10 +35,9 @@ const STREAM: &str = concat!(
     "data: [DONE]\n\n",
 );
 
-#[tokio::test]
-async fn sends_the_transcript_and_reads_parallel_tool_calls() {
-    let server = Server::start(vec![Reply::json(200, WHOLE)]).await;
-    let model = openai_model(&server, fast_http());
+/// [`hello`], then a turn that only called `add` (provider id `call_0`),
+/// answered `result`.
+fn after_one_call(result: &str, is_error: bool) -> Vec<Message> {
     let mut messages = hello();
     messages.push(Message::Assistant {
         content: String::new(),
@@ -52,9 +51,17 @@ async fn sends_the_transcript_and_reads_parallel_tool_calls() {
         call_id: CallId::new("p1"),
         provider_id: Some("call_0".into()),
         name: "add".into(),
-        content: "missing a and b".into(),
-        is_error: true,
+        content: result.into(),
+        is_error,
     });
+    messages
+}
+
+#[tokio::test]
+async fn sends_the_transcript_and_reads_parallel_tool_calls() {
+    let server = Server::start(vec![Reply::json(200, WHOLE)]).await;
+    let model = openai_model(&server, fast_http());
+    let messages = after_one_call("missing a and b", true);
     let response = chat(&model, &messages, &add_tool()).await.unwrap();
 
     assert_eq!(response.content, "");
@@ -314,22 +321,7 @@ async fn a_server_without_streamed_tool_calls_gets_tool_requests_whole() {
         .with_stream_with_tools(false)
         .with_http(fast_http());
     let model = OpenAiModel::new(config).unwrap();
-    let mut messages = hello();
-    messages.push(Message::Assistant {
-        content: String::new(),
-        tool_calls: vec![
-            ModelToolCall::from_text(Some("call_0".into()), "add", "{}")
-                .into_call(CallId::new("p1")),
-        ],
-        reasoning: None,
-    });
-    messages.push(Message::Tool {
-        call_id: CallId::new("p1"),
-        provider_id: Some("call_0".into()),
-        name: "add".into(),
-        content: "3".into(),
-        is_error: false,
-    });
+    let messages = after_one_call("3", false);
     let (whole, deltas) = chat_streaming(&model, &messages, &add_tool()).await;
     assert_eq!(whole.unwrap().tool_calls.len(), 2);
     assert!(deltas.is_empty(), "answered whole");
