@@ -531,105 +531,15 @@ impl Tool for Caller {
 }
 
 /// A ledger that refuses the started rows of nested calls only.
-struct NestedRowsFail(MemoryLedger);
-
-#[async_trait]
-impl EffectLedger for NestedRowsFail {
-    async fn record_started(&self, row: StartedRow) -> tinyagents::ledger::LedgerResult<()> {
-        if row.call_id.is_nested() {
-            return Err(tinyagents::LedgerError::Closed {
+fn nested_rows_fail() -> HookedLedger {
+    HookedLedger::new(|write| match write {
+        LedgerWrite::Started(row) if row.call_id.is_nested() => {
+            Verdict::Fail(tinyagents::LedgerError::Closed {
                 detail: "disk on fire".into(),
-            });
+            })
         }
-        self.0.record_started(row).await
-    }
-    async fn record_settled(
-        &self,
-        run: &RunId,
-        call: &tinyagents::CallId,
-        outcome: &tinyagents::Outcome,
-    ) -> tinyagents::ledger::LedgerResult<()> {
-        self.0.record_settled(run, call, outcome).await
-    }
-    async fn unresolved(
-        &self,
-        run: &RunId,
-    ) -> tinyagents::ledger::LedgerResult<Vec<tinyagents::LedgerRow>> {
-        self.0.unresolved(run).await
-    }
-    async fn get(
-        &self,
-        run: &RunId,
-        call: &tinyagents::CallId,
-    ) -> tinyagents::ledger::LedgerResult<Option<tinyagents::LedgerRow>> {
-        self.0.get(run, call).await
-    }
-    async fn rows(
-        &self,
-        run: &RunId,
-    ) -> tinyagents::ledger::LedgerResult<Vec<tinyagents::LedgerRow>> {
-        self.0.rows(run).await
-    }
-    async fn unfinished_runs(&self) -> tinyagents::ledger::LedgerResult<Vec<RunId>> {
-        self.0.unfinished_runs().await
-    }
-    async fn in_doubt(&self) -> tinyagents::ledger::LedgerResult<Vec<tinyagents::ledger::InDoubt>> {
-        self.0.in_doubt().await
-    }
-    async fn resolve(
-        &self,
-        run: &RunId,
-        call: &tinyagents::CallId,
-        resolve: &tinyagents::ledger::Resolve,
-    ) -> tinyagents::ledger::LedgerResult<()> {
-        self.0.resolve(run, call, resolve).await
-    }
-    async fn save_checkpoint(
-        &self,
-        run: &RunId,
-        version: u64,
-        data: Vec<u8>,
-    ) -> tinyagents::ledger::LedgerResult<()> {
-        self.0.save_checkpoint(run, version, data).await
-    }
-    async fn load_checkpoint(
-        &self,
-        run: &RunId,
-    ) -> tinyagents::ledger::LedgerResult<Option<tinyagents::Checkpoint>> {
-        self.0.load_checkpoint(run).await
-    }
-    async fn append_checkpoint(
-        &self,
-        run: &RunId,
-        version: u64,
-        entry: Vec<u8>,
-    ) -> tinyagents::ledger::LedgerResult<()> {
-        self.0.append_checkpoint(run, version, entry).await
-    }
-    async fn begin_run(&self, run: &RunId) -> tinyagents::ledger::LedgerResult<()> {
-        self.0.begin_run(run).await
-    }
-    async fn run_state(
-        &self,
-        run: &RunId,
-    ) -> tinyagents::ledger::LedgerResult<tinyagents::ledger::RunState> {
-        self.0.run_state(run).await
-    }
-    async fn mark_run_finished(&self, run: &RunId) -> tinyagents::ledger::LedgerResult<()> {
-        self.0.mark_run_finished(run).await
-    }
-    async fn prune_finished(
-        &self,
-        before: tinyagents::ledger::Timestamp,
-    ) -> tinyagents::ledger::LedgerResult<tinyagents::PruneReport> {
-        self.0.prune_finished(before).await
-    }
-    async fn flush(&self) -> tinyagents::ledger::LedgerResult<()> {
-        self.0.flush().await
-    }
-    fn max_result_bytes(&self) -> usize {
-        self.0.max_result_bytes()
-    }
+        _ => Verdict::Pass,
+    })
 }
 
 /// Runs one model-issued `caller` call (which makes its nested call) under
@@ -682,7 +592,7 @@ async fn nt_20_each_nested_call_gets_its_own_row_keyed_by_its_id() {
 /// rule NT-20: a nested call whose started row fails is refused under `Abort`.
 #[tokio::test]
 async fn nt_20_a_failed_started_row_refuses_the_nested_call_under_abort() {
-    let ledger = Arc::new(NestedRowsFail(MemoryLedger::new()));
+    let ledger = Arc::new(nested_rows_fail());
     let caller = Caller::new("add", json!({"a": 1, "b": 1}));
     let run = run_caller(ledger, vec![add(), caller], "n2").await;
     let content = &tool_results(&run.messages)[0].1;

@@ -10,6 +10,9 @@ use serde_json::{Value, json};
 use tinyagents::CallId;
 use tinyagents::prelude::*;
 
+mod hooked_ledger;
+pub use hooked_ledger::{HookedLedger, LedgerWrite, Verdict};
+
 /// A sink whose events a task of their own collects: drop the sink when the
 /// run is done, then await the handle for every event it sent.
 pub fn collector() -> (EventSink, tokio::task::JoinHandle<Vec<AgentEvent>>) {

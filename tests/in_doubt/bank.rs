@@ -230,9 +230,25 @@ pub(crate) fn harness(
     ledger: Arc<dyn EffectLedger>,
     tools: Vec<Arc<dyn Tool>>,
 ) -> AgentHarness {
+    harness_redacting(model, ledger, tools, None)
+}
+
+/// [`harness`], with a `RedactionMiddleware` for `secret` when given.
+pub(crate) fn harness_redacting(
+    model: Vec<ChatResponse>,
+    ledger: Arc<dyn EffectLedger>,
+    tools: Vec<Arc<dyn Tool>>,
+    secret: Option<&str>,
+) -> AgentHarness {
     let mut builder = AgentHarness::builder(Arc::new(ScriptedModel::new(model)))
         .ledger(ledger)
         .limits(RunLimits::default().with_max_nested_depth(2));
+    if let Some(secret) = secret {
+        let redactor = tinyagents::Redactor::new().with_secret(secret);
+        builder = builder.middleware(Arc::new(tinyagents::RedactionMiddleware::with_redactor(
+            redactor,
+        )));
+    }
     for tool in tools {
         builder.register(tool).unwrap();
     }

@@ -6,97 +6,25 @@
 use std::sync::{Arc, Mutex};
 
 use serde_json::json;
-use tinyagents::ledger::{
-    Checkpoint, InDoubt, LedgerResult, LedgerRow, PruneReport, Resolve, RunState, Timestamp,
-};
 use tinyagents::prelude::*;
-use tinyagents::{CallId, EffectLedger, MemoryLedger, Outcome, RunId, StartedRow};
+use tinyagents_tests::{HookedLedger, LedgerWrite, Verdict};
 
 /// A memory ledger that logs the writes it is asked for.
-#[derive(Default)]
-struct Logged {
-    inner: MemoryLedger,
-    log: Mutex<Vec<String>>,
-}
-
-impl Logged {
-    fn note(&self, what: String) {
-        self.log.lock().unwrap().push(what);
-    }
-    fn entries(&self) -> Vec<String> {
-        self.log.lock().unwrap().clone()
-    }
-}
-
-#[async_trait]
-impl EffectLedger for Logged {
-    async fn record_started(&self, row: StartedRow) -> LedgerResult<()> {
-        self.note(format!("started {}", row.call_id));
-        self.inner.record_started(row).await
-    }
-    async fn record_settled(
-        &self,
-        run: &RunId,
-        call: &CallId,
-        outcome: &Outcome,
-    ) -> LedgerResult<()> {
-        self.note(format!("settled {call}"));
-        self.inner.record_settled(run, call, outcome).await
-    }
-    async fn unresolved(&self, run: &RunId) -> LedgerResult<Vec<LedgerRow>> {
-        self.inner.unresolved(run).await
-    }
-    async fn in_doubt(&self) -> LedgerResult<Vec<InDoubt>> {
-        self.inner.in_doubt().await
-    }
-    async fn resolve(&self, run: &RunId, call: &CallId, resolve: &Resolve) -> LedgerResult<()> {
-        self.inner.resolve(run, call, resolve).await
-    }
-    async fn get(&self, run: &RunId, call: &CallId) -> LedgerResult<Option<LedgerRow>> {
-        self.inner.get(run, call).await
-    }
-    async fn rows(&self, run: &RunId) -> LedgerResult<Vec<LedgerRow>> {
-        self.inner.rows(run).await
-    }
-    async fn unfinished_runs(&self) -> LedgerResult<Vec<RunId>> {
-        self.inner.unfinished_runs().await
-    }
-    async fn begin_run(&self, run: &RunId) -> LedgerResult<()> {
-        self.inner.begin_run(run).await
-    }
-    async fn run_state(&self, run: &RunId) -> LedgerResult<RunState> {
-        self.inner.run_state(run).await
-    }
-    async fn save_checkpoint(&self, run: &RunId, version: u64, data: Vec<u8>) -> LedgerResult<()> {
-        self.note(format!("checkpoint {version}"));
-        self.inner.save_checkpoint(run, version, data).await
-    }
-    async fn append_checkpoint(
-        &self,
-        run: &RunId,
-        version: u64,
-        entry: Vec<u8>,
-    ) -> LedgerResult<()> {
-        self.note(format!("checkpoint {version}"));
-        self.inner.append_checkpoint(run, version, entry).await
-    }
-    async fn load_checkpoint(&self, run: &RunId) -> LedgerResult<Option<Checkpoint>> {
-        self.inner.load_checkpoint(run).await
-    }
-    async fn mark_run_finished(&self, run: &RunId) -> LedgerResult<()> {
-        self.note("finished".to_owned());
-        self.inner.mark_run_finished(run).await
-    }
-    async fn prune_finished(&self, before: Timestamp) -> LedgerResult<PruneReport> {
-        self.inner.prune_finished(before).await
-    }
-    async fn flush(&self) -> LedgerResult<()> {
-        self.note("flush".to_owned());
-        self.inner.flush().await
-    }
-    fn max_result_bytes(&self) -> usize {
-        self.inner.max_result_bytes()
-    }
+fn logged() -> (HookedLedger, Arc<Mutex<Vec<String>>>) {
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let entries = Arc::clone(&log);
+    let ledger = HookedLedger::new(move |write| {
+        let what = match write {
+            LedgerWrite::Started(row) => format!("started {}", row.call_id),
+            LedgerWrite::Settled(call) => format!("settled {call}"),
+            LedgerWrite::Base(_) | LedgerWrite::Entry(_) => "checkpoint".to_owned(),
+            LedgerWrite::Finished => "finished".to_owned(),
+            LedgerWrite::Flush => "flush".to_owned(),
+        };
+        entries.lock().unwrap().push(what);
+        Verdict::Pass
+    });
+    (ledger, log)
 }
 
 fn tool(name: &'static str, durable: bool) -> Arc<dyn Tool> {
@@ -110,7 +38,8 @@ fn tool(name: &'static str, durable: bool) -> Arc<dyn Tool> {
 }
 
 async fn writes(durable: bool) -> Vec<String> {
-    let ledger = Arc::new(Logged::default());
+    let (ledger, log) = logged();
+    let ledger = Arc::new(ledger);
     let model = vec![
         ScriptedModel::tool_calls([("pay", json!({}))]),
         ChatResponse::text("done"),
@@ -120,7 +49,7 @@ async fn writes(durable: bool) -> Vec<String> {
     builder.register(tool("pay", durable)).unwrap();
     let run = builder.build().unwrap().run("go").await.unwrap();
     assert_eq!(run.status, RunStatus::Completed);
-    ledger.entries()
+    log.lock().unwrap().clone()
 }
 
 #[tokio::test]

@@ -9,7 +9,7 @@ use tinyagents::prelude::*;
 use tinyagents::{CallStatus, EffectLedger, MemoryLedger};
 use tinyagents_tests::{assert_transcript_paired, call_answer};
 
-use super::bank::{Answer, Bank, Pay, Stall, crash_when, harness};
+use super::bank::{Answer, Bank, Pay, Stall, crash_when, harness, harness_redacting};
 use super::{in_doubt, listed, pay_turn, recover, row};
 
 #[tokio::test]
@@ -147,5 +147,50 @@ async fn i18_2_unknown_an_error_a_panic_and_a_timeout_keep_the_interrupted_answe
             listed(&ledger, "unknown").await,
             "{cause}: the run stays in view"
         );
+    }
+}
+
+/// A call whose arguments held a secret that redaction kept out of the
+/// checkpoint cannot run again after a crash; its tool is still asked
+/// (it needs no arguments): found paid, it is answered with the result;
+/// found unpaid, it is refused (it never acted, and cannot be replayed),
+/// and its row says it did not act.
+#[tokio::test]
+async fn i18_2_a_call_that_cannot_be_replayed_is_still_reconciled() {
+    const SECRET: &str = "ACCT-SECRET-0042";
+    for (stall, paid) in [(Stall::AfterPaying, true), (Stall::BeforePaying, false)] {
+        let ledger: Arc<dyn EffectLedger> = Arc::new(MemoryLedger::new());
+        let bank = Bank::new();
+        let pay = Pay::new(&bank, Answer::Lookup, stall);
+        let model = vec![pay_turn(SECRET), ChatResponse::text("unreachable")];
+        let first = harness_redacting(model, ledger.clone(), vec![pay.clone()], Some(SECRET));
+        crash_when(&first, "secret", &pay.stalled()).await;
+        let second = harness_redacting(
+            vec![ChatResponse::text("told")],
+            ledger.clone(),
+            vec![pay.clone()],
+            Some(SECRET),
+        );
+        let (run, _) = recover(&second, "secret").await;
+        let (answer, is_error) = call_answer(&run.messages, "p1").unwrap();
+        let row = row(&ledger, "secret", "p1").await;
+        if paid {
+            assert_eq!(
+                (answer.as_str(), is_error),
+                ("paid (found by its key)", false)
+            );
+            assert_eq!(row.status, CallStatus::Completed);
+        } else {
+            assert!(
+                is_error
+                    && answer.contains("it never acted")
+                    && answer.contains("cannot be replayed"),
+                "{answer}"
+            );
+            assert_eq!(row.status, CallStatus::Deferred, "it did not act");
+        }
+        assert_eq!(pay.calls.load(Ordering::SeqCst), 1, "never run again");
+        assert_eq!(bank.payments(), usize::from(paid));
+        assert!(in_doubt(&ledger, "secret").await.is_empty());
     }
 }

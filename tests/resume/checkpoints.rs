@@ -7,10 +7,8 @@
 use std::sync::atomic::AtomicUsize;
 
 use std::sync::Mutex;
-use tinyagents::ledger::LedgerResult;
-use tinyagents::{
-    CallId, Checkpoint, LedgerError, LedgerRow, Outcome, PruneReport, RunState, StartedRow, State,
-};
+use tinyagents::{LedgerError, State};
+use tinyagents_tests::{HookedLedger, LedgerWrite, Verdict};
 
 use super::*;
 
@@ -25,104 +23,51 @@ enum Write {
 
 /// A memory ledger that records every checkpoint write, and can fail or
 /// silently drop the n-th appended entry (1-based).
-#[derive(Default)]
 struct Recorder {
-    inner: MemoryLedger,
-    writes: Mutex<Vec<Write>>,
-    appends: AtomicUsize,
-    fail_append: Option<usize>,
-    drop_append: Option<usize>,
+    ledger: Arc<HookedLedger>,
+    writes: Arc<Mutex<Vec<Write>>>,
 }
 
 impl Recorder {
+    fn new(fail_append: Option<usize>, drop_append: Option<usize>) -> Self {
+        let writes = Arc::new(Mutex::new(Vec::new()));
+        let log = Arc::clone(&writes);
+        let appends = AtomicUsize::new(0);
+        let ledger = HookedLedger::new(move |write| match write {
+            LedgerWrite::Base(bytes) => {
+                log.lock().unwrap().push(Write::Base(bytes));
+                Verdict::Pass
+            }
+            LedgerWrite::Entry(bytes) => {
+                let n = appends.fetch_add(1, Ordering::SeqCst) + 1;
+                if fail_append == Some(n) {
+                    log.lock().unwrap().push(Write::Failed);
+                    return Verdict::Fail(LedgerError::Storage {
+                        operation: "append_checkpoint",
+                        detail: "disk full".to_owned(),
+                    });
+                }
+                log.lock().unwrap().push(Write::Entry(bytes));
+                if drop_append == Some(n) {
+                    Verdict::Drop
+                } else {
+                    Verdict::Pass
+                }
+            }
+            _ => Verdict::Pass,
+        });
+        Self {
+            ledger: Arc::new(ledger),
+            writes,
+        }
+    }
+
+    fn ledger(&self) -> Arc<dyn EffectLedger> {
+        self.ledger.clone()
+    }
+
     fn writes(&self) -> Vec<Write> {
         self.writes.lock().unwrap().clone()
-    }
-}
-
-#[async_trait]
-impl EffectLedger for Recorder {
-    async fn record_started(&self, row: StartedRow) -> LedgerResult<()> {
-        self.inner.record_started(row).await
-    }
-    async fn record_settled(
-        &self,
-        run: &RunId,
-        call: &CallId,
-        outcome: &Outcome,
-    ) -> LedgerResult<()> {
-        self.inner.record_settled(run, call, outcome).await
-    }
-    async fn unresolved(&self, run: &RunId) -> LedgerResult<Vec<LedgerRow>> {
-        self.inner.unresolved(run).await
-    }
-    async fn get(&self, run: &RunId, call: &CallId) -> LedgerResult<Option<LedgerRow>> {
-        self.inner.get(run, call).await
-    }
-    async fn rows(&self, run: &RunId) -> LedgerResult<Vec<LedgerRow>> {
-        self.inner.rows(run).await
-    }
-    async fn unfinished_runs(&self) -> LedgerResult<Vec<RunId>> {
-        self.inner.unfinished_runs().await
-    }
-    async fn in_doubt(&self) -> LedgerResult<Vec<tinyagents::InDoubt>> {
-        self.inner.in_doubt().await
-    }
-    async fn resolve(
-        &self,
-        run: &RunId,
-        call: &CallId,
-        resolve: &tinyagents::Resolve,
-    ) -> LedgerResult<()> {
-        self.inner.resolve(run, call, resolve).await
-    }
-    async fn begin_run(&self, run: &RunId) -> LedgerResult<()> {
-        self.inner.begin_run(run).await
-    }
-    async fn run_state(&self, run: &RunId) -> LedgerResult<RunState> {
-        self.inner.run_state(run).await
-    }
-    async fn save_checkpoint(&self, run: &RunId, version: u64, data: Vec<u8>) -> LedgerResult<()> {
-        self.writes.lock().unwrap().push(Write::Base(data.len()));
-        self.inner.save_checkpoint(run, version, data).await
-    }
-    async fn append_checkpoint(
-        &self,
-        run: &RunId,
-        version: u64,
-        entry: Vec<u8>,
-    ) -> LedgerResult<()> {
-        let n = self.appends.fetch_add(1, Ordering::SeqCst) + 1;
-        if self.fail_append == Some(n) {
-            self.writes.lock().unwrap().push(Write::Failed);
-            return Err(LedgerError::Storage {
-                operation: "append_checkpoint",
-                detail: "disk full".to_owned(),
-            });
-        }
-        self.writes.lock().unwrap().push(Write::Entry(entry.len()));
-        if self.drop_append == Some(n) {
-            return Ok(());
-        }
-        self.inner.append_checkpoint(run, version, entry).await
-    }
-    async fn load_checkpoint(&self, run: &RunId) -> LedgerResult<Option<Checkpoint>> {
-        self.inner.load_checkpoint(run).await
-    }
-    async fn mark_run_finished(&self, run: &RunId) -> LedgerResult<()> {
-        self.inner.mark_run_finished(run).await
-    }
-    async fn prune_finished(
-        &self,
-        finished_before: tinyagents::ledger::Timestamp,
-    ) -> LedgerResult<PruneReport> {
-        self.inner.prune_finished(finished_before).await
-    }
-    async fn flush(&self) -> LedgerResult<()> {
-        self.inner.flush().await
-    }
-    fn max_result_bytes(&self) -> usize {
-        self.inner.max_result_bytes()
     }
 }
 
@@ -246,8 +191,8 @@ async fn recover(
 #[tokio::test]
 async fn i11_6_each_turn_appends_what_it_added_and_compaction_keeps_the_bytes_linear() {
     let turns = 200;
-    let recorder = Arc::new(Recorder::default());
-    let run_id = crash_at_hang(turns, recorder.clone(), None).await;
+    let recorder = Recorder::new(None, None);
+    let run_id = crash_at_hang(turns, recorder.ledger(), None).await;
     let writes = recorder.writes();
     assert_eq!(writes.len(), turns + 1, "one checkpoint per tool turn");
     assert!(matches!(writes[0], Write::Base(_)), "{writes:?}");
@@ -304,7 +249,7 @@ async fn i11_6_each_turn_appends_what_it_added_and_compaction_keeps_the_bytes_li
         "{written} vs {whole_every_turn}"
     );
 
-    let recovered = recover(recorder.clone(), &run_id).await.unwrap();
+    let recovered = recover(recorder.ledger(), &run_id).await.unwrap();
     assert_eq!(recovered.status, RunStatus::Completed);
     let expected = reference_prefix(turns, None).await;
     assert_eq!(recovered.messages[..expected.len()], expected[..]);
@@ -320,13 +265,13 @@ async fn i11_6_a_shortened_transcript_is_checkpointed_as_a_new_base_and_recovers
             messages.drain(2..6);
         },
     };
-    let recorder = Arc::new(Recorder::default());
-    let run_id = crash_at_hang(20, recorder.clone(), Some(reduce())).await;
+    let recorder = Recorder::new(None, None);
+    let run_id = crash_at_hang(20, recorder.ledger(), Some(reduce())).await;
     let writes = recorder.writes();
     // The checkpoint of turn 12 is the 12th write.
     assert!(matches!(writes[11], Write::Base(_)), "{writes:?}");
 
-    let recovered = recover(recorder, &run_id).await.unwrap();
+    let recovered = recover(recorder.ledger(), &run_id).await.unwrap();
     let expected = reference_prefix(20, Some(reduce())).await;
     assert_eq!(recovered.messages[..expected.len()], expected[..]);
     assert!(!mentions(&recovered.messages, "s1") && !mentions(&recovered.messages, "s2"));
@@ -353,11 +298,11 @@ async fn i11_6_an_edited_last_persisted_message_is_checkpointed_as_a_new_base() 
             }
         },
     };
-    let recorder = Arc::new(Recorder::default());
-    let run_id = crash_at_hang(15, recorder.clone(), Some(edit())).await;
+    let recorder = Recorder::new(None, None);
+    let run_id = crash_at_hang(15, recorder.ledger(), Some(edit())).await;
     assert!(matches!(recorder.writes()[8], Write::Base(_)));
 
-    let recovered = recover(recorder, &run_id).await.unwrap();
+    let recovered = recover(recorder.ledger(), &run_id).await.unwrap();
     let expected = reference_prefix(15, Some(edit())).await;
     assert_eq!(recovered.messages[..expected.len()], expected[..]);
     assert!(
@@ -369,18 +314,15 @@ async fn i11_6_an_edited_last_persisted_message_is_checkpointed_as_a_new_base() 
 
 #[tokio::test]
 async fn i11_6_a_failed_append_is_followed_by_a_base_and_recovery_stays_exact() {
-    let recorder = Arc::new(Recorder {
-        fail_append: Some(5),
-        ..Recorder::default()
-    });
-    let run_id = crash_at_hang(30, recorder.clone(), None).await;
+    let recorder = Recorder::new(Some(5), None);
+    let run_id = crash_at_hang(30, recorder.ledger(), None).await;
     let writes = recorder.writes();
     // The write after the failed append is a whole base.
     let failed = writes.iter().position(|w| *w == Write::Failed).unwrap();
     assert!(matches!(writes[failed + 1], Write::Base(_)), "{writes:?}");
     assert_eq!(writes.len(), 31, "{writes:?}");
 
-    let recovered = recover(recorder, &run_id).await.unwrap();
+    let recovered = recover(recorder.ledger(), &run_id).await.unwrap();
     let expected = reference_prefix(30, None).await;
     assert_eq!(recovered.messages[..expected.len()], expected[..]);
 }
@@ -392,8 +334,8 @@ async fn i11_6_a_checkpoint_that_lost_an_entry_is_refused_and_nothing_runs() {
     // entries.
     let mut turns = 20;
     let (writes, after_last_base) = loop {
-        let first = Arc::new(Recorder::default());
-        crash_at_hang(turns, first.clone(), None).await;
+        let first = Recorder::new(None, None);
+        crash_at_hang(turns, first.ledger(), None).await;
         let writes = first.writes();
         let after_last_base = writes
             .iter()
@@ -411,14 +353,13 @@ async fn i11_6_a_checkpoint_that_lost_an_entry_is_refused_and_nothing_runs() {
         .count();
     // The second run loses the first entry after its last base: the next
     // extends a transcript the stored chain does not hold.
-    let recorder = Arc::new(Recorder {
-        drop_append: Some(appends - after_last_base + 1),
-        ..Recorder::default()
-    });
-    let run_id = crash_at_hang(turns, recorder.clone(), None).await;
+    let recorder = Recorder::new(None, Some(appends - after_last_base + 1));
+    let run_id = crash_at_hang(turns, recorder.ledger(), None).await;
     let step = plain("step");
     let tools: Vec<Arc<dyn Tool>> = vec![step.clone(), plain("hang")];
-    let harness = build(&script(vec![done()]), &tools, |b| b.ledger(recorder));
+    let harness = build(&script(vec![done()]), &tools, |b| {
+        b.ledger(recorder.ledger())
+    });
     let refused = harness
         .recover(&run_id, ResumeOptions::default(), &EventSink::none())
         .await;
@@ -443,10 +384,10 @@ async fn i11_6_a_run_suspended_after_many_turns_resumes_against_its_incremental_
             _ => done(),
         })
     }));
-    let recorder = Arc::new(Recorder::default());
+    let recorder = Recorder::new(None, None);
     let wire = flagged("wire");
     let tools: Vec<Arc<dyn Tool>> = vec![plain("step"), wire.clone()];
-    let ledger: Arc<dyn EffectLedger> = recorder.clone();
+    let ledger: Arc<dyn EffectLedger> = recorder.ledger();
     let harness = build(&model, &tools, |b| b.ledger(ledger));
     let run = harness.run("go").await.unwrap();
     let suspended = through_json(&run);

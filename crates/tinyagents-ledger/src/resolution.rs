@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use tinyagents_core::{IdempotencyKey, ToolResult};
 
 use crate::clock::Timestamp;
-use crate::row::LedgerRow;
+use crate::row::{CallStatus, LedgerRow, StoredResult};
 
 /// What is known of a call's effect.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -163,22 +163,37 @@ impl Resolve {
         self
     }
 
-    /// The text a row still in doubt keeps when this settles it without a
-    /// result of the tool's: an `Unknown` answer's "interrupted, outcome
-    /// unknown", or a `NotHappened` row's reason.
-    pub fn settled_text(&self) -> String {
+    /// How a row still in doubt settles under this decision: `Happened`
+    /// completes it with the result found; `NotHappened` defers it (it did
+    /// not act) with who found that as its reason; `Unknown` interrupts it
+    /// ("interrupted, outcome unknown" and the note). Cut at `max_bytes`.
+    pub(crate) fn settles_as(&self, max_bytes: usize) -> (CallStatus, StoredResult) {
         let note = self
             .note
             .as_deref()
             .map_or_else(String::new, |n| format!(": {n}"));
-        match self.found {
-            Found::Unknown => format!("interrupted, outcome unknown{note}"),
-            Found::NotHappened => format!(
-                "did not act ({} found that {}){note}",
-                self.by,
-                Effect::NotHappened
-            ),
-            Found::Happened(_) => format!("{} found that {}{note}", self.by, Effect::Happened),
+        match &self.found {
+            Found::Happened(result) => {
+                (CallStatus::Completed, StoredResult::cut(result, max_bytes))
+            }
+            Found::NotHappened => {
+                let reason = format!(
+                    "did not act ({} found that {}){note}",
+                    self.by,
+                    Effect::NotHappened
+                );
+                (
+                    CallStatus::Deferred,
+                    StoredResult::cut(&ToolResult::text(reason), max_bytes),
+                )
+            }
+            Found::Unknown => {
+                let answer = format!("interrupted, outcome unknown{note}");
+                (
+                    CallStatus::Interrupted,
+                    StoredResult::cut(&ToolResult::error(answer), max_bytes),
+                )
+            }
         }
     }
 }
@@ -249,16 +264,29 @@ mod tests {
     }
 
     #[test]
-    fn the_settled_text_says_who_found_what() {
+    fn a_row_in_doubt_settles_as_the_decision_says_and_its_text_says_who_found_what() {
         let unknown = Resolve::by_reconcile(Found::Unknown).with_note("the service timed out");
+        let (status, stored) = unknown.settles_as(1024);
+        assert_eq!(status, CallStatus::Interrupted);
         assert_eq!(
-            unknown.settled_text(),
+            stored.content,
             "interrupted, outcome unknown: the service timed out"
         );
+        assert!(stored.is_error);
         let not = Resolve::by_person("alice", Found::NotHappened);
+        let (status, stored) = not.settles_as(1024);
+        assert_eq!(status, CallStatus::Deferred);
         assert_eq!(
-            not.settled_text(),
+            stored.content,
             "did not act (alice found that the effect never happened)"
+        );
+        assert!(!stored.is_error);
+        let paid = ToolResult::text("paid");
+        let (status, stored) =
+            Resolve::by_reconcile(Found::Happened(paid.clone())).settles_as(1024);
+        assert_eq!(
+            (status, stored.to_tool_result()),
+            (CallStatus::Completed, paid)
         );
     }
 }

@@ -1,10 +1,10 @@
 //! The state machine of a row, shared by every backend so that they refuse
 //! the same things with the same errors.
 
-use tinyagents_core::{CallId, RunId, ToolReplay, ToolResult};
+use tinyagents_core::{CallId, RunId, ToolReplay};
 
 use crate::error::{CallIdentity, LedgerError, LedgerResult};
-use crate::resolution::{Found, Resolve};
+use crate::resolution::Resolve;
 use crate::row::{CallStatus, LedgerRow, StartedRow, StoredResult};
 
 /// What a backend knows of an existing row when the same call starts again.
@@ -176,19 +176,7 @@ pub(crate) fn check_resolve(
     };
     match row.status {
         CallStatus::Started => {
-            let (status, result) = match &resolve.found {
-                Found::Happened(result) => {
-                    (CallStatus::Completed, StoredResult::cut(result, max_bytes))
-                }
-                Found::NotHappened => (
-                    CallStatus::Deferred,
-                    StoredResult::cut(&ToolResult::text(resolve.settled_text()), max_bytes),
-                ),
-                Found::Unknown => (
-                    CallStatus::Interrupted,
-                    StoredResult::cut(&ToolResult::error(resolve.settled_text()), max_bytes),
-                ),
-            };
+            let (status, result) = resolve.settles_as(max_bytes);
             Ok(ResolveWrite::Settle { status, result })
         }
         CallStatus::Interrupted => match &row.resolution {

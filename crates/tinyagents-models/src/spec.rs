@@ -230,15 +230,13 @@ impl ModelSpec {
                 }
                 Arc::new(OpenAiModel::new(config).map_err(client)?)
             }
-            Self::OpenAiCompatible { base_url, model } => {
+            Self::OpenAiCompatible { base_url, model } | Self::LlamaCpp { base_url, model } => {
                 let mut config = OpenAiConfig::compatible(base_url, model);
-                config.api_key = var("OPENAI_COMPATIBLE_API_KEY");
-                Arc::new(OpenAiModel::new(config).map_err(client)?)
-            }
-            Self::LlamaCpp { base_url, model } => {
-                let mut config = OpenAiConfig::compatible(base_url, model)
-                    .with_tool_only_content(ToolOnlyContent::EmptyString)
-                    .with_stream_with_tools(false);
+                if matches!(self, Self::LlamaCpp { .. }) {
+                    config = config
+                        .with_tool_only_content(ToolOnlyContent::EmptyString)
+                        .with_stream_with_tools(false);
+                }
                 config.api_key = var("OPENAI_COMPATIBLE_API_KEY");
                 Arc::new(OpenAiModel::new(config).map_err(client)?)
             }

@@ -29,7 +29,7 @@ use tinyagents_core::{
 use tinyagents_ledger::{Checkpoint, EffectLedger};
 
 use super::Run;
-use super::ledger::guarded;
+use super::ledger::{guarded, state_error};
 use crate::harness::AgentHarness;
 use crate::run::{SUSPENDED_RUN_FORMAT, SuspendedRun};
 
@@ -250,7 +250,7 @@ impl AgentHarness {
     ) -> Result<Option<SuspendedRun>, TinyAgentsError> {
         let Some(checkpoint) = guarded("load_checkpoint", ledger.load_checkpoint(run_id))
             .await
-            .map_err(|e| TinyAgentsError::State(e.to_string()))?
+            .map_err(state_error)?
         else {
             return Ok(None);
         };

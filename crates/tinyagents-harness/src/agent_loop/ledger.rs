@@ -267,6 +267,11 @@ impl<'h> Run<'h> {
     }
 }
 
+/// A ledger failure as the error of a harness operation.
+pub(crate) fn state_error(error: LedgerError) -> TinyAgentsError {
+    TinyAgentsError::State(error.to_string())
+}
+
 /// Awaits a ledger operation, containing a panic in the backend (host code,
 /// for a custom ledger) as a storage failure, which every caller treats
 /// fail-closed.

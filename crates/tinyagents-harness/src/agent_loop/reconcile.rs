@@ -17,7 +17,7 @@ use tinyagents_ledger::{
 };
 use tinytools::{Reconciled, RegisteredTool, ToolRunContext};
 
-use super::ledger::{Start, guarded};
+use super::ledger::{Start, guarded, state_error};
 use crate::call::{Redaction, ToolEvents, panic_text};
 use crate::harness::AgentHarness;
 
@@ -29,6 +29,54 @@ const RECONCILE_TIMEOUT: Duration = Duration::from_secs(60);
 pub(crate) struct Finding {
     pub(crate) found: Found,
     pub(crate) note: String,
+}
+
+/// A call in doubt, as a reconciliation names it: its idempotency key.
+#[derive(Clone, Copy)]
+pub(crate) struct Doubt<'a> {
+    pub(crate) run_id: &'a RunId,
+    pub(crate) call_id: &'a CallId,
+    pub(crate) args_hash: &'a str,
+}
+
+impl<'a> Doubt<'a> {
+    pub(crate) fn of(row: &'a LedgerRow) -> Self {
+        Self {
+            run_id: &row.run_id,
+            call_id: &row.call_id,
+            args_hash: &row.args_hash,
+        }
+    }
+}
+
+/// Which rows still in doubt a sweep settles, and so why nothing will run
+/// them again.
+#[derive(Clone, Copy)]
+pub(crate) enum Sweep<'a> {
+    /// The started descendants of a parent that does not run again.
+    Under(&'a CallId),
+    /// Every started row of a recovered run, once its turn is answered.
+    Started,
+    /// Every unresolved row (started or unknown) of a finished run.
+    Finished,
+}
+
+impl Sweep<'_> {
+    fn why(self) -> String {
+        match self {
+            Self::Under(parent) => format!("its parent {parent} was not run again"),
+            Self::Started => "nothing ran it again after the crash".to_owned(),
+            Self::Finished => "its run has finished".to_owned(),
+        }
+    }
+
+    fn takes(self, row: &LedgerRow) -> bool {
+        match self {
+            Self::Under(parent) => row.is_in_doubt() && row.call_id.is_descendant_of(parent),
+            Self::Started => row.is_in_doubt(),
+            Self::Finished => true,
+        }
+    }
 }
 
 /// What became of one call in doubt that a recovery settled or resolved.
@@ -90,11 +138,16 @@ impl AgentHarness {
             return Start::Refused(format!("interrupted, outcome unknown: {refused}"));
         };
         let redaction = events.redaction();
+        let doubt = Doubt {
+            run_id: &ctx.run_id,
+            call_id: &call.id,
+            args_hash: hash,
+        };
         let finding = self
-            .ask_reconcile(&ctx.run_id, &call.id, hash, entry, ctx.cancellation())
+            .ask(doubt, Some(entry), &call.name, ctx.cancellation())
             .await;
         let recorded = self
-            .record_finding(ledger.as_ref(), redaction, &ctx.run_id, &call.id, &finding)
+            .record_finding(ledger.as_ref(), redaction, doubt, &finding)
             .await;
         if let Err(error) = recorded {
             let text = format!(
@@ -158,7 +211,7 @@ impl AgentHarness {
         let settled = self
             .settle_orphans(
                 &ctx.run_id,
-                Some(parent),
+                Sweep::Under(parent),
                 events.redaction(),
                 ctx.cancellation(),
             )
@@ -179,25 +232,24 @@ impl AgentHarness {
         }
     }
 
-    /// Asks `tool` whether the effect of call `call_id` (arguments hashed
-    /// as `args_hash`) happened. Contained and bounded: an error, a panic
-    /// or a timeout is [`Found::Unknown`], saying which.
-    pub(crate) async fn ask_reconcile(
+    /// Asks `tool` whether the effect of the call `doubt` names happened.
+    /// Contained and bounded: an error, a panic or a timeout is
+    /// [`Found::Unknown`], saying which.
+    async fn ask_reconcile(
         &self,
-        run_id: &RunId,
-        call_id: &CallId,
-        args_hash: &str,
+        doubt: Doubt<'_>,
         tool: &RegisteredTool,
         cancel: &CancellationToken,
     ) -> Finding {
         let name = &tool.spec().name;
-        let context = ToolRunContext::new(run_id.clone(), call_id.clone(), cancel.clone())
-            .with_agent(self.agent_id.clone())
-            .with_idempotency_key(IdempotencyKey {
-                run_id: run_id.clone(),
-                call_id: call_id.clone(),
-                args_hash: args_hash.to_owned(),
-            });
+        let context =
+            ToolRunContext::new(doubt.run_id.clone(), doubt.call_id.clone(), cancel.clone())
+                .with_agent(self.agent_id.clone())
+                .with_idempotency_key(IdempotencyKey {
+                    run_id: doubt.run_id.clone(),
+                    call_id: doubt.call_id.clone(),
+                    args_hash: doubt.args_hash.to_owned(),
+                });
         let timeout = tool
             .spec()
             .timeout
@@ -239,14 +291,31 @@ impl AgentHarness {
         Finding { found, note }
     }
 
-    /// Records `finding` on the row of `call_id`, the found result and the
-    /// note redacted first (they are persisted).
+    /// Asks the tool of the call `doubt` names (`tool_name`: a tool that is
+    /// not registered is not asked, and the effect stays unknown).
+    pub(crate) async fn ask(
+        &self,
+        doubt: Doubt<'_>,
+        tool: Option<&RegisteredTool>,
+        tool_name: &str,
+        cancel: &CancellationToken,
+    ) -> Finding {
+        match tool {
+            Some(tool) => self.ask_reconcile(doubt, tool, cancel).await,
+            None => Finding {
+                found: Found::Unknown,
+                note: format!("tool '{tool_name}' is not registered, so it was not asked"),
+            },
+        }
+    }
+
+    /// Records `finding` on the row of the call `doubt` names, the found
+    /// result and the note redacted first (they are persisted).
     pub(crate) async fn record_finding(
         &self,
         ledger: &dyn EffectLedger,
         redaction: &Redaction,
-        run_id: &RunId,
-        call_id: &CallId,
+        doubt: Doubt<'_>,
         finding: &Finding,
     ) -> Result<(), LedgerError> {
         let found = match &finding.found {
@@ -258,96 +327,66 @@ impl AgentHarness {
             other => other.clone(),
         };
         let resolve = Resolve::by_reconcile(found).with_note(redaction.text(finding.note.clone()));
-        guarded("resolve", ledger.resolve(run_id, call_id, &resolve)).await
+        guarded(
+            "resolve",
+            ledger.resolve(doubt.run_id, doubt.call_id, &resolve),
+        )
+        .await
     }
 
-    /// Settles every row of `run_id` still in doubt (status started) that
-    /// nothing will run again: the descendants of `under`, or with `None`
-    /// every such row of the run. A `ToolReplay::Never` call's tool is
-    /// asked first: what it found is recorded (happened: completed with
-    /// its result; never happened: deferred, it did not act; unknown:
-    /// interrupted, and still in doubt). A replay-safe call is settled
-    /// interrupted (running it again would be harmless, so it is not in
-    /// doubt). Returns what became of each, in start order.
+    /// Settles the rows of `run_id` that `sweep` takes, none of which will
+    /// run again. A started `ToolReplay::Never` call's tool is asked first
+    /// and what it found recorded (happened: completed with its result;
+    /// never happened: deferred, it did not act; unknown: interrupted, and
+    /// still in doubt); an interrupted one's tool is asked again and the
+    /// finding recorded. A started replay-safe call is settled interrupted
+    /// (running it again would be harmless, so it is not in doubt). Returns
+    /// what became of each, in start order.
     pub(crate) async fn settle_orphans(
         &self,
         run_id: &RunId,
-        under: Option<&CallId>,
+        sweep: Sweep<'_>,
         redaction: &Redaction,
         cancel: &CancellationToken,
     ) -> Result<Vec<Reconciliation>, LedgerError> {
-        let why = match under {
-            Some(parent) => format!("its parent {parent} was not run again"),
-            None => "nothing ran it again after the crash".to_owned(),
-        };
         let Some(ledger) = &self.ledger else {
             return Ok(Vec::new());
         };
+        let why = sweep.why();
         let rows = guarded("unresolved", ledger.unresolved(run_id)).await?;
         let mut settled = Vec::new();
-        for row in rows.into_iter().filter(|row| row.is_in_doubt()) {
-            if under.is_some_and(|parent| !row.call_id.is_descendant_of(parent)) {
+        for row in rows.iter().filter(|row| sweep.takes(row)) {
+            let reconciliation = |effect, note: String| Reconciliation {
+                call_id: row.call_id.clone(),
+                tool_name: row.tool_name.clone(),
+                replay: row.replay,
+                effect,
+                note,
+            };
+            if row.replay == ToolReplay::Safe {
+                let note = format!(
+                    "{why}; it was not run again (replay-safe: running it again would be harmless)"
+                );
+                let outcome = Outcome::Interrupted(format!("interrupted: {note}"));
+                guarded(
+                    "record_settled",
+                    ledger.record_settled(run_id, &row.call_id, &outcome),
+                )
+                .await?;
+                settled.push(reconciliation(Effect::Unknown, note));
                 continue;
             }
-            let outcome = self
-                .settle_orphan(ledger.as_ref(), &row, &why, redaction, cancel)
+            let tool = self.tools.get(&row.tool_name);
+            let asked = self.ask(Doubt::of(row), tool, &row.tool_name, cancel).await;
+            let finding = Finding {
+                note: format!("{why}; {}", asked.note),
+                found: asked.found,
+            };
+            self.record_finding(ledger.as_ref(), redaction, Doubt::of(row), &finding)
                 .await?;
-            settled.push(outcome);
+            settled.push(reconciliation(finding.found.effect(), finding.note));
         }
         Ok(settled)
-    }
-
-    /// Settles one row in doubt that will not run again (`why` says why),
-    /// asking its tool first when it must not repeat; or, for a row
-    /// already answered "interrupted, outcome unknown", asks and records.
-    async fn settle_orphan(
-        &self,
-        ledger: &dyn EffectLedger,
-        row: &LedgerRow,
-        why: &str,
-        redaction: &Redaction,
-        cancel: &CancellationToken,
-    ) -> Result<Reconciliation, LedgerError> {
-        let tool = self.tools.get(&row.tool_name);
-        let reconciliation = |effect, note: String| Reconciliation {
-            call_id: row.call_id.clone(),
-            tool_name: row.tool_name.clone(),
-            replay: row.replay,
-            effect,
-            note,
-        };
-        if row.replay == ToolReplay::Safe {
-            let note = format!(
-                "{why}; it was not run again (replay-safe: running it again would be harmless)"
-            );
-            let text = format!("interrupted: {note}");
-            guarded(
-                "record_settled",
-                ledger.record_settled(&row.run_id, &row.call_id, &Outcome::Interrupted(text)),
-            )
-            .await?;
-            return Ok(reconciliation(Effect::Unknown, note));
-        }
-        let finding = match tool {
-            Some(tool) => {
-                self.ask_reconcile(&row.run_id, &row.call_id, &row.args_hash, tool, cancel)
-                    .await
-            }
-            None => Finding {
-                found: Found::Unknown,
-                note: format!(
-                    "tool '{}' is not registered, so it was not asked",
-                    row.tool_name
-                ),
-            },
-        };
-        let finding = Finding {
-            note: format!("{why}; {}", finding.note),
-            found: finding.found,
-        };
-        self.record_finding(ledger, redaction, &row.run_id, &row.call_id, &finding)
-            .await?;
-        Ok(reconciliation(finding.found.effect(), finding.note))
     }
 
     /// Asks the tools of a finished run's calls whose effect is unknown
@@ -366,32 +405,21 @@ impl AgentHarness {
         };
         let state = guarded("run_state", ledger.run_state(run_id))
             .await
-            .map_err(|e| TinyAgentsError::State(e.to_string()))?;
+            .map_err(state_error)?;
         if state != RunState::Finished {
             return Err(TinyAgentsError::State(format!(
                 "run {run_id} is not finished: recover it instead (recovery asks the tools of its calls in doubt)"
             )));
         }
-        let rows = guarded("unresolved", ledger.unresolved(run_id))
-            .await
-            .map_err(|e| TinyAgentsError::State(e.to_string()))?;
         let redaction = Redaction::new(self.middlewares.clone());
-        let cancel = CancellationToken::new();
-        let mut reconciled = Vec::new();
-        for row in &rows {
-            let done = self
-                .settle_orphan(
-                    ledger.as_ref(),
-                    row,
-                    "its run has finished",
-                    &redaction,
-                    &cancel,
-                )
-                .await
-                .map_err(|e| TinyAgentsError::State(e.to_string()))?;
-            reconciled.push(done);
-        }
-        Ok(reconciled)
+        self.settle_orphans(
+            run_id,
+            Sweep::Finished,
+            &redaction,
+            &CancellationToken::new(),
+        )
+        .await
+        .map_err(state_error)
     }
 }
 
@@ -410,13 +438,13 @@ impl AgentHarness {
         };
         let state = guarded("run_state", ledger.run_state(run_id))
             .await
-            .map_err(|e| TinyAgentsError::State(e.to_string()))?;
+            .map_err(state_error)?;
         if state == RunState::Unknown {
             return Ok(Vec::new());
         }
         guarded("mark_run_finished", ledger.mark_run_finished(run_id))
             .await
-            .map_err(|e| TinyAgentsError::State(e.to_string()))?;
+            .map_err(state_error)?;
         self.reconcile(run_id).await
     }
 }

@@ -12,7 +12,8 @@ use tinyagents_core::{
 use tinyagents_ledger::{EffectLedger, Found, Outcome, RunState};
 
 use super::Run;
-use super::ledger::guarded;
+use super::ledger::{guarded, state_error};
+use super::reconcile::{Doubt, Sweep};
 use super::turn::Slot;
 use crate::ResumeOptions;
 use crate::events::EventSink;
@@ -29,7 +30,7 @@ impl<'h> Run<'h> {
         let settled = harness
             .settle_orphans(
                 &self.ctx.run_id,
-                None,
+                Sweep::Started,
                 self.events.redaction(),
                 self.ctx.cancellation(),
             )
@@ -73,49 +74,35 @@ impl<'h> Run<'h> {
         );
         // Its tool can still say whether it acted (it needs no arguments for
         // that); a finding recorded settles the row, else it is settled here.
-        let tool = (row.replay == ToolReplay::Never)
-            .then(|| harness.tools.get(&row.tool_name))
-            .flatten();
-        let (text, settle) = match tool {
-            None => (format!("interrupted, outcome unknown: {why}"), true),
-            Some(tool) => {
-                let finding = harness
-                    .ask_reconcile(
-                        &row.run_id,
-                        &call.id,
-                        &row.args_hash,
-                        tool,
-                        self.ctx.cancellation(),
-                    )
-                    .await;
-                let recorded = harness
-                    .record_finding(
-                        ledger.as_ref(),
-                        self.events.redaction(),
-                        &row.run_id,
-                        &call.id,
-                        &finding,
-                    )
-                    .await;
-                match (recorded, finding.found) {
-                    (Ok(()), Found::Happened(result)) => return Slot::Recorded { call, result },
-                    (Ok(()), Found::NotHappened) => (
-                        format!("refused: {}; it never acted, and {why}", finding.note),
-                        false,
+        let (text, settle) = if row.replay == ToolReplay::Never {
+            let doubt = Doubt::of(&row);
+            let tool = harness.tools.get(&row.tool_name);
+            let finding = harness
+                .ask(doubt, tool, &row.tool_name, self.ctx.cancellation())
+                .await;
+            let recorded = harness
+                .record_finding(ledger.as_ref(), self.events.redaction(), doubt, &finding)
+                .await;
+            match (recorded, finding.found) {
+                (Ok(()), Found::Happened(result)) => return Slot::Recorded { call, result },
+                (Ok(()), Found::NotHappened) => (
+                    format!("refused: {}; it never acted, and {why}", finding.note),
+                    false,
+                ),
+                (Ok(()), Found::Unknown) => (
+                    format!("interrupted, outcome unknown: {why}; {}", finding.note),
+                    false,
+                ),
+                (Err(error), _) => (
+                    format!(
+                        "interrupted, outcome unknown: {why}; {} (not recorded: {error})",
+                        finding.note
                     ),
-                    (Ok(()), Found::Unknown) => (
-                        format!("interrupted, outcome unknown: {why}; {}", finding.note),
-                        false,
-                    ),
-                    (Err(error), _) => (
-                        format!(
-                            "interrupted, outcome unknown: {why}; {} (not recorded: {error})",
-                            finding.note
-                        ),
-                        true,
-                    ),
-                }
+                    true,
+                ),
             }
+        } else {
+            (format!("interrupted, outcome unknown: {why}"), true)
         };
         if settle {
             harness
@@ -194,10 +181,7 @@ impl AgentHarness {
         // Calls issued after a checkpoint that was lost keep their rows; new
         // calls number on after every id the ledger has seen, so a different
         // call never reuses one.
-        let rows = ledger
-            .rows(run_id)
-            .await
-            .map_err(|e| TinyAgentsError::State(e.to_string()))?;
+        let rows = ledger.rows(run_id).await.map_err(state_error)?;
         let highest = rows
             .iter()
             .filter(|row| !row.call_id.is_nested())
@@ -236,13 +220,13 @@ impl AgentHarness {
     ) -> Result<(), TinyAgentsError> {
         let state = guarded("run_state", ledger.run_state(run_id))
             .await
-            .map_err(|e| TinyAgentsError::State(e.to_string()))?;
+            .map_err(state_error)?;
         if state != RunState::Finished {
             return Ok(());
         }
         let in_doubt = guarded("unresolved", ledger.unresolved(run_id))
             .await
-            .map_err(|e| TinyAgentsError::State(e.to_string()))?;
+            .map_err(state_error)?;
         if in_doubt.is_empty() {
             return Err(TinyAgentsError::State(format!(
                 "run {run_id} has finished: there is nothing to recover"

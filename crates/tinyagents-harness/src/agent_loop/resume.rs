@@ -11,6 +11,7 @@ use tinyagents_ledger::RunState;
 use tinytools::prepare_arguments;
 
 use super::Run;
+use super::ledger::state_error;
 use super::resume_check::{check_against_checkpoint, check_turn, match_decisions};
 use super::turn::Slot;
 use crate::call::{Admission, Scope};
@@ -210,10 +211,7 @@ impl AgentHarness {
             return Ok(());
         };
         let run = &suspended.run_id;
-        let state = ledger
-            .run_state(run)
-            .await
-            .map_err(|e| TinyAgentsError::State(e.to_string()))?;
+        let state = ledger.run_state(run).await.map_err(state_error)?;
         if state == RunState::Finished {
             return Err(TinyAgentsError::State(format!(
                 "run {run} has finished: this suspended state of it was resumed before, and an approval is used once"

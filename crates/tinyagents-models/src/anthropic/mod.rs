@@ -10,12 +10,12 @@ mod response;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
+use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderValue};
 use tinyagents_core::{ChatModel, ChatRequest, ChatResponse, DeltaSink, ModelError};
 
 use crate::http::{Http, HttpOptions};
-use crate::openai::header_value;
-use crate::secret::{Secrets, is_sensitive_header, redact_url};
+use crate::openai::{header_value, insert_headers};
+use crate::secret::{Secrets, redact_url};
 use crate::wire::WireFormat;
 
 /// Anthropic's API root.
@@ -147,16 +147,7 @@ impl AnthropicModel {
             value.set_sensitive(true);
             headers.insert("x-api-key", value);
         }
-        for (name, value) in &config.headers {
-            let name = HeaderName::from_bytes(name.as_bytes()).map_err(|_| {
-                ModelError::InvalidRequest {
-                    message: format!("invalid header name {name:?}"),
-                }
-            })?;
-            let mut value = header_value(value, "a header value")?;
-            value.set_sensitive(is_sensitive_header(name.as_str()));
-            headers.insert(name, value);
-        }
+        insert_headers(&mut headers, &config.headers)?;
         let secrets = Secrets::of(config.api_key.as_deref(), &config.base_url, &config.headers);
         Ok(Self {
             url: format!("{}/messages", config.base_url.trim_end_matches('/')),

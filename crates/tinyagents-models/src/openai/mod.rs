@@ -184,16 +184,7 @@ impl OpenAiModel {
             value.set_sensitive(true);
             headers.insert(AUTHORIZATION, value);
         }
-        for (name, value) in &config.headers {
-            let name = HeaderName::from_bytes(name.as_bytes()).map_err(|_| {
-                ModelError::InvalidRequest {
-                    message: format!("invalid header name {name:?}"),
-                }
-            })?;
-            let mut value = header_value(value, "a header value")?;
-            value.set_sensitive(is_sensitive_header(name.as_str()));
-            headers.insert(name, value);
-        }
+        insert_headers(&mut headers, &config.headers)?;
         let secrets = Secrets::of(config.api_key.as_deref(), &config.base_url, &config.headers);
         Ok(Self {
             url: format!("{}/chat/completions", config.base_url.trim_end_matches('/')),
@@ -219,6 +210,24 @@ impl OpenAiModel {
     pub fn http_options(&self) -> &HttpOptions {
         self.http.options()
     }
+}
+
+/// Adds a config's extra headers to `headers`, those that carry
+/// credentials marked sensitive.
+pub(crate) fn insert_headers(
+    headers: &mut HeaderMap,
+    extra: &[(String, String)],
+) -> Result<(), ModelError> {
+    for (name, value) in extra {
+        let name =
+            HeaderName::from_bytes(name.as_bytes()).map_err(|_| ModelError::InvalidRequest {
+                message: format!("invalid header name {name:?}"),
+            })?;
+        let mut value = header_value(value, "a header value")?;
+        value.set_sensitive(is_sensitive_header(name.as_str()));
+        headers.insert(name, value);
+    }
+    Ok(())
 }
 
 pub(crate) fn header_value(value: &str, what: &str) -> Result<HeaderValue, ModelError> {
