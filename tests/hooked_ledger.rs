@@ -16,6 +16,8 @@ use tinyagents::{
 pub enum LedgerWrite<'a> {
     Started(&'a StartedRow),
     Settled(&'a CallId),
+    /// A resolution of a call in doubt.
+    Resolve(&'a CallId),
     /// A base checkpoint of this many bytes.
     Base(usize),
     /// An appended checkpoint entry of this many bytes.
@@ -86,6 +88,9 @@ impl EffectLedger for HookedLedger {
         self.inner.in_doubt().await
     }
     async fn resolve(&self, run: &RunId, call: &CallId, resolve: &Resolve) -> LedgerResult<()> {
+        if !self.allow(LedgerWrite::Resolve(call))? {
+            return Ok(());
+        }
         self.inner.resolve(run, call, resolve).await
     }
     async fn get(&self, run: &RunId, call: &CallId) -> LedgerResult<Option<LedgerRow>> {

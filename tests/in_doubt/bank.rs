@@ -51,6 +51,8 @@ impl Bank {
 pub(crate) enum Answer {
     /// Looks the key up in the bank: `Done` if it paid, else `NotDone`.
     Lookup,
+    /// As `Lookup`, `Done` with this text.
+    LookupSaying(&'static str),
     /// `Unknown`.
     Unknown,
     /// An error.
@@ -147,7 +149,10 @@ impl Tool for Pay {
             Answer::Lookup if self.bank.has(&key) => Ok(Reconciled::Done(ToolResult::text(
                 "paid (found by its key)",
             ))),
-            Answer::Lookup => Ok(Reconciled::NotDone),
+            Answer::LookupSaying(text) if self.bank.has(&key) => {
+                Ok(Reconciled::Done(ToolResult::text(text)))
+            }
+            Answer::Lookup | Answer::LookupSaying(_) => Ok(Reconciled::NotDone),
             Answer::Unknown => Ok(Reconciled::Unknown),
             Answer::Fail => Err(anyhow::anyhow!("the bank's API answered 503")),
             Answer::Panic => panic!("the bank's client panicked"),
@@ -177,11 +182,21 @@ impl Batch {
         replay: ToolReplay,
         answer: Option<Reconciled>,
     ) -> Arc<Self> {
+        Self::named("batch", target, replay, answer)
+    }
+
+    /// A batch named `name` whose nested calls go to `target`.
+    pub(crate) fn named(
+        name: &'static str,
+        target: &'static str,
+        replay: ToolReplay,
+        answer: Option<Reconciled>,
+    ) -> Arc<Self> {
         Arc::new(Self {
             spec: ToolSpec::new(
-                "batch",
+                name,
                 "Pays several.",
-                json!({"type": "object", "properties": {"to": {"type": "array"}}}),
+                json!({"type": "object", "properties": {"to": {}}}),
             )
             .replay(replay),
             answer,
@@ -209,7 +224,12 @@ impl Tool for Batch {
             .and_then(|any| any.downcast_ref::<ToolExecutionContext>())
             .expect("installed by the agent loop");
         let mut said = Vec::new();
-        for to in args["to"].as_array().cloned().unwrap_or_default() {
+        // A list of names, or one name (as a batch passes one on).
+        let names = match &args["to"] {
+            Value::Array(names) => names.clone(),
+            one => vec![one.clone()],
+        };
+        for to in names {
             let answer = match harness.call_tool(self.target, json!({ "to": to })).await {
                 Ok(result) => result.content,
                 Err(error) => format!("refused: {error}"),

@@ -17,6 +17,7 @@ fn logged() -> (HookedLedger, Arc<Mutex<Vec<String>>>) {
         let what = match write {
             LedgerWrite::Started(row) => format!("started {}", row.call_id),
             LedgerWrite::Settled(call) => format!("settled {call}"),
+            LedgerWrite::Resolve(call) => format!("resolve {call}"),
             LedgerWrite::Base(_) | LedgerWrite::Entry(_) => "checkpoint".to_owned(),
             LedgerWrite::Finished => "finished".to_owned(),
             LedgerWrite::Flush => "flush".to_owned(),

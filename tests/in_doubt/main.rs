@@ -9,6 +9,7 @@ mod bank;
 mod durable;
 mod model_issued;
 mod nested;
+mod seams;
 mod view;
 
 use std::sync::Arc;
