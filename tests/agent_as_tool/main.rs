@@ -17,6 +17,7 @@ mod governance;
 mod kept_transcripts;
 mod names;
 mod scenario;
+mod sim_findings;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};

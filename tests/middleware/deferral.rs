@@ -247,7 +247,8 @@ async fn an_approval_built_from_a_different_call_does_not_apply() {
 }
 
 /// Resume: a resume missing a decision for a pending call is an error, runs
-/// nothing and emits only its `RunFailed`; the same state resumed again with the decision
+/// nothing and emits only its `RunStarted` and `RunFailed` (every segment's
+/// stream opens and ends once); the same state resumed again with the decision
 /// completes (nothing was lost).
 #[tokio::test]
 async fn a_resume_missing_a_decision_is_an_error_that_loses_nothing() {
@@ -267,9 +268,15 @@ async fn a_resume_missing_a_decision_is_an_error_that_loses_nothing() {
     );
     assert_eq!(
         events,
-        [AgentEvent::RunFailed {
-            error: "state error: no decision for pending call p2 (deploy); every pending call needs one".into()
-        }]
+        [
+            AgentEvent::RunStarted {
+                run_id: run.run_id.clone(),
+                agent_id: None,
+            },
+            AgentEvent::RunFailed {
+                error: "state error: no decision for pending call p2 (deploy); every pending call needs one".into()
+            }
+        ]
     );
     assert_eq!((calls_of(&read), calls_of(&deploy)), (2, 0));
     assert_eq!(model.calls(), 1);

@@ -15,6 +15,7 @@ mod guards;
 mod hooks;
 mod random_trees;
 mod refusals;
+mod sim_findings;
 mod summary;
 
 use std::collections::{BTreeMap, HashMap};

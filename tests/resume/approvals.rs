@@ -122,8 +122,10 @@ fn i11_1_a_granted_approval_binds_run_id_tool_and_arguments_and_is_used_once() {
 }
 
 /// Issue 11 item 4d: without a ledger, resuming the same stored state three
-/// times on one harness runs the approved call once; the later resumes
-/// answer it with a refusal saying it already ran.
+/// times on one harness runs the approved call once; the later resumes are
+/// refused whole, before anything runs (issue 13: the simulator found that
+/// a second resume that went on repeated every turn after the suspended
+/// one, and the effects in them).
 #[tokio::test]
 async fn i11_4d_resuming_one_state_three_times_without_a_ledger_runs_the_approved_call_once() {
     let deploy = flagged("deploy");
@@ -143,13 +145,19 @@ async fn i11_4d_resuming_one_state_three_times_without_a_ledger_runs_the_approve
     for _ in 0..2 {
         let again = resume(&harness, suspended.clone(), &decisions)
             .await
-            .unwrap();
-        let (_, text, is_error) = tool_results(&again.messages).remove(0);
-        assert!(is_error);
+            .unwrap_err();
         assert_eq!(
-            text,
-            "refused: call p1 already ran under this approval (the suspended run was resumed before); an approval is used once"
+            again,
+            TinyAgentsError::State(format!(
+                "run {} was resumed from this suspended state before (call p1 was decided then): a suspended state resumes once, and without an effect ledger this harness remembers that for its lifetime",
+                suspended.run_id
+            ))
         );
     }
     assert_eq!(calls_of(&deploy), 1);
+    assert_eq!(
+        model.calls(),
+        2,
+        "no turn after the suspended one ran again"
+    );
 }

@@ -154,11 +154,13 @@ async fn i11_3_a_call_that_asks_again_after_its_approval_can_be_approved_again_a
     let decisions = approve_all(&second);
     let run = resume(&harness, second.clone(), &decisions).await.unwrap();
     assert_eq!(tool_results(&run.messages)[0].1, "wired");
-    let again = resume(&harness, second, &decisions).await.unwrap();
+    let again = resume(&harness, second, &decisions)
+        .await
+        .unwrap_err()
+        .to_string();
     assert!(
-        tool_results(&again.messages)[0]
-            .1
-            .contains("already ran under this approval")
+        again.contains("was resumed from this suspended state before (call p1 was decided then)"),
+        "{again}"
     );
     assert_eq!(world.effects.load(Ordering::SeqCst), 1);
 }

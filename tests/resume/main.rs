@@ -8,6 +8,7 @@
 mod approvals;
 mod checkpoints;
 mod deferred;
+mod sim_findings;
 mod stored_state;
 mod tamper_prop;
 

@@ -1,5 +1,6 @@
 //! Build tooling for the tinyagents workspace: `cargo xtask ci` is the gate
-//! that CI runs, `cargo xtask bench` runs the benchmarks.
+//! that CI runs, `cargo xtask bench` runs the benchmarks, `cargo xtask
+//! sim` the simulator and `cargo xtask fuzz` the fuzz targets.
 //!
 //! Plain std on purpose: the gate must build fast on a fresh machine.
 
@@ -8,6 +9,7 @@
 
 mod instr;
 mod peers;
+mod sim;
 
 use std::env;
 use std::ffi::OsString;
@@ -54,6 +56,18 @@ commands:
                  every effect settled, reconciled or listed in doubt; prints
                  the share of \"outcome unknown\" answers whose payment had
                  happened, without and with reconciliation. In release
+  sim [--release] [--seeds N | --seed S | --for DURATION] [--from S]
+      [--mutation NAME] [--verbose]
+                 the deterministic simulator (crates/tinyagents-sim): seeded
+                 random histories of the whole harness with injected faults
+                 on tokio's paused clock, seven invariants checked after
+                 each; a failure prints its seed, a readable account and a
+                 shrunk history, and replays with --seed S. --mutation plants
+                 one of the harness's test mutations (see docs/simulation.md)
+  fuzz TARGET [SECONDS]
+                 a cargo-fuzz target (fuzz/: parsers, suspended_run,
+                 checkpoint, ledger_rows, prepare_arguments) for SECONDS (600), after
+                 writing its first corpus; installs cargo-fuzz
   help           this text";
 
 /// cargo-deny release known to build with the pinned toolchain (1.95).
@@ -71,6 +85,8 @@ fn main() -> ExitCode {
         Some("ci") => ci(rest),
         Some("bench") => bench(rest),
         Some("crash") => crash(rest),
+        Some("sim") => sim::sim(rest),
+        Some("fuzz") => sim::fuzz(rest),
         Some("help" | "-h" | "--help") => {
             println!("{USAGE}");
             ExitCode::SUCCESS
@@ -284,6 +300,7 @@ fn ci_steps() -> Vec<Step> {
             vec![cargo(["doc", "--workspace", "--no-deps"]).env("RUSTDOCFLAGS", "-D warnings")],
         ),
     ];
+    steps.push(sim::ci_step());
     let root = root();
     if root.join("crates/tinyagents-core/tests/loom.rs").exists() {
         let target = root.join("target/loom").to_string_lossy().into_owned();

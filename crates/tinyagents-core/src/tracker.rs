@@ -122,6 +122,31 @@ impl LimitTracker {
         }
     }
 
+    /// Raises the spent counts to at least `tool_calls` model-issued and
+    /// `nested_tool_calls` nested calls (a recovered run charging what its
+    /// ledger rows show it spent); never lowers them, and may leave the run
+    /// over its cap, so that every later reservation fails.
+    pub fn charge_at_least(&self, tool_calls: u32, nested_tool_calls: u32) {
+        let mut word = self.calls.load(Ordering::Acquire);
+        loop {
+            let (model, nested) = split(word);
+            let raised =
+                u64::from(model.max(tool_calls)) | (u64::from(nested.max(nested_tool_calls)) << 32);
+            if raised == word {
+                return;
+            }
+            match self.calls.compare_exchange_weak(
+                word,
+                raised,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return,
+                Err(actual) => word = actual,
+            }
+        }
+    }
+
     /// Reserves a slot for a model-issued call: admission counts
     /// `tool_calls + nested_tool_calls` against `max_tool_calls`.
     pub fn try_reserve_tool_call(&self) -> Result<(), TinyAgentsError> {

@@ -3,14 +3,19 @@
 //!
 //! See [`EventSink`] for back-pressure and where it stops.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
+
+use parking_lot::Mutex;
 
 use futures_util::future::select_all;
 use tinyagents_core::{AgentEvent, AgentId, CallId, CancellationToken, RunContext};
 use tokio::sync::mpsc::{self, error::TrySendError};
 use tokio::time::Instant;
+
+use crate::segment::{Note, OpenCalls};
 
 /// How long, once a run is cancelled or out of wall clock, an event that
 /// finds the buffer full waits for the reader to make room before the
@@ -49,9 +54,52 @@ struct Outlet {
     /// Whether the reader let a grace period pass without making room, and
     /// has made none since.
     stalled: AtomicBool,
+    /// The closing events of runs that were dropped before they ended
+    /// (see [`crate::segment`]), sent before the next event on the channel.
+    deferred: Mutex<VecDeque<AgentEvent>>,
+    /// Whether `deferred` holds any (read without the lock on every send).
+    has_deferred: AtomicBool,
 }
 
 impl Outlet {
+    fn new(tx: mpsc::Sender<AgentEvent>) -> Self {
+        Self {
+            tx,
+            dropped: AtomicU64::new(0),
+            driven: false,
+            stalled: AtomicBool::new(false),
+            deferred: Mutex::new(VecDeque::new()),
+            has_deferred: AtomicBool::new(false),
+        }
+    }
+
+    /// The next deferred event, clearing the flag under the lock once none
+    /// is left (so an event deferred meanwhile is not missed).
+    fn next_deferred(&self) -> Option<AgentEvent> {
+        let mut deferred = self.deferred.lock();
+        let next = deferred.pop_front();
+        if deferred.is_empty() {
+            self.has_deferred.store(false, Ordering::Release);
+        }
+        next
+    }
+
+    /// Sends deferred events while the buffer has room, without waiting.
+    fn offer_deferred(&self) {
+        let mut deferred = self.deferred.lock();
+        while let Some(event) = deferred.pop_front() {
+            match self.tx.try_send(event) {
+                Ok(()) => self.delivered(),
+                Err(TrySendError::Full(event)) => {
+                    deferred.push_front(event);
+                    return;
+                }
+                Err(TrySendError::Closed(_)) => deferred.clear(),
+            }
+        }
+        self.has_deferred.store(false, Ordering::Release);
+    }
+
     fn count_drop(&self) {
         self.dropped.fetch_add(1, Ordering::Relaxed);
     }
@@ -129,6 +177,7 @@ impl RunBounds {
             }
         };
         tokio::select! {
+            biased;
             () = cancelled => {}
             () = expired => {}
         }
@@ -178,6 +227,9 @@ pub struct EventSink {
     out: Option<Arc<Outlet>>,
     scope: Option<Arc<DelegationScope>>,
     bounds: Option<Arc<RunBounds>>,
+    /// The calls this sink's run has started and not ended (a run segment's
+    /// own sink; never a delegated run's).
+    open: Option<Arc<OpenCalls>>,
 }
 
 impl EventSink {
@@ -189,14 +241,10 @@ impl EventSink {
     /// A sink over an existing sender, with its own count of dropped events.
     pub fn from_sender(tx: mpsc::Sender<AgentEvent>) -> Self {
         Self {
-            out: Some(Arc::new(Outlet {
-                tx,
-                dropped: AtomicU64::new(0),
-                driven: false,
-                stalled: AtomicBool::new(false),
-            })),
+            out: Some(Arc::new(Outlet::new(tx))),
             scope: None,
             bounds: None,
+            open: None,
         }
     }
 
@@ -214,6 +262,40 @@ impl EventSink {
                 outer: self.scope.clone(),
             })),
             bounds: self.bounds.clone(),
+            open: None,
+        }
+    }
+
+    /// This sink, noting the calls its run starts and ends in `open`.
+    pub(crate) fn tracking(&self, open: Arc<OpenCalls>) -> Self {
+        Self {
+            open: Some(open),
+            ..self.clone()
+        }
+    }
+
+    /// Queues `events` (a dropped run's closing events) to go out before
+    /// the next event sent on this channel, and sends what fits now.
+    pub(crate) fn defer(&self, events: Vec<AgentEvent>) {
+        let Some(out) = self.out.as_ref().filter(|out| !out.tx.is_closed()) else {
+            return;
+        };
+        out.deferred
+            .lock()
+            .extend(events.into_iter().map(|event| self.wrap(event)));
+        out.has_deferred.store(true, Ordering::Release);
+        out.offer_deferred();
+    }
+
+    /// Sends every deferred event, each waiting for room as [`Self::emit`]
+    /// does.
+    async fn send_deferred(&self, out: &Outlet) {
+        while let Some(event) = out.next_deferred() {
+            match out.tx.try_send(event) {
+                Ok(()) => out.delivered(),
+                Err(TrySendError::Closed(_)) => return,
+                Err(TrySendError::Full(event)) => self.send_when_room(out, event).await,
+            }
         }
     }
 
@@ -239,6 +321,7 @@ impl EventSink {
                 deadline,
                 outer,
             })),
+            open: self.open.clone(),
         }
     }
 
@@ -297,7 +380,25 @@ impl EventSink {
         let Some(out) = self.out.as_ref().filter(|out| !out.tx.is_closed()) else {
             return;
         };
-        let event = match out.tx.try_send(self.wrap(build())) {
+        if out.has_deferred.load(Ordering::Acquire) {
+            Box::pin(self.send_deferred(out)).await;
+        }
+        let event = build();
+        // Noted once the send is over: a send dropped while it waited for
+        // room delivered nothing.
+        let note = self
+            .open
+            .as_ref()
+            .and_then(|open| Some((open, Note::of(&event)?)));
+        self.send(out, event).await;
+        if let Some((open, note)) = note {
+            open.apply(note);
+        }
+    }
+
+    /// Offers `event` at once, and waits for room when the buffer is full.
+    async fn send(&self, out: &Outlet, event: AgentEvent) {
+        let event = match out.tx.try_send(self.wrap(event)) {
             Ok(()) => return out.delivered(),
             Err(TrySendError::Closed(_)) => return,
             Err(TrySendError::Full(event)) => event,
@@ -338,6 +439,9 @@ impl EventSink {
     /// events (progress, streamed deltas) from synchronous code.
     pub fn try_emit(&self, event: AgentEvent) {
         if let Some(out) = &self.out {
+            if out.has_deferred.load(Ordering::Acquire) {
+                out.offer_deferred();
+            }
             match out.tx.try_send(self.wrap(event)) {
                 Ok(()) => out.delivered(),
                 Err(TrySendError::Full(_)) => out.count_drop(),

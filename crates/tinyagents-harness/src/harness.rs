@@ -34,8 +34,9 @@ pub struct AgentHarness {
     pub(crate) ledger: Option<Arc<dyn EffectLedger>>,
     pub(crate) ledger_failure: LedgerFailure,
     pub(crate) event_buffer: usize,
-    /// Approved calls that ran after a resume, by run: without a ledger,
-    /// the record that an approval was used (for this harness's lifetime).
+    /// Waiting calls decided by a resume, by run: without a ledger, the
+    /// record that a suspended state was resumed and its approvals used
+    /// (for this harness's lifetime).
     pub(crate) approvals_used: Arc<parking_lot::Mutex<HashSet<(RunId, CallId)>>>,
 }
 
@@ -163,6 +164,12 @@ impl AgentHarnessBuilder {
     pub fn registry(mut self, registry: ToolRegistry) -> Self {
         self.tools = registry;
         self
+    }
+
+    /// The tools registered so far (for a customiser that adds policies by
+    /// what the agent has).
+    pub fn registered(&self) -> &ToolRegistry {
+        &self.tools
     }
 
     /// Restricts the run to these tools (the hosted run's allow-list): the

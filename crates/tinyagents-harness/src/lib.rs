@@ -31,8 +31,13 @@ mod call;
 mod events;
 mod handle;
 mod harness;
+#[cfg(feature = "sim-mutations")]
+pub mod mutation;
+#[cfg(not(feature = "sim-mutations"))]
+mod mutation;
 mod run;
 mod seal;
+mod segment;
 mod tool;
 
 pub use agent_loop::{Reconciliation, ResumeOptions};

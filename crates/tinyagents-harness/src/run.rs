@@ -101,13 +101,47 @@ impl RunRequest {
 pub struct PendingCall {
     /// The run it belongs to.
     pub run_id: RunId,
-    /// The call, with its prepared arguments.
+    /// The call, with its prepared arguments, redacted: when redaction
+    /// changed them, the call is listed in
+    /// [`SuspendedRun::replay_blocked`] and its real arguments stay in this
+    /// process only (never serialised), so only a resume from this very
+    /// value can run it.
     pub call: ToolCall,
     /// Why it waits.
     pub reason: String,
+    /// The real arguments of a call whose redacted copy is stored.
+    #[serde(skip)]
+    pub(crate) held: HeldArguments,
+}
+
+/// Arguments kept in memory only, because they hold a secret: not part of
+/// the stored state (not serialised, not compared, not printed).
+#[derive(Clone, Default)]
+pub(crate) struct HeldArguments(pub(crate) Option<(Value, Option<String>)>);
+
+impl PartialEq for HeldArguments {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl std::fmt::Debug for HeldArguments {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() { "held" } else { "none" })
+    }
 }
 
 impl PendingCall {
+    /// A call that waits, its arguments as admission prepared them.
+    pub(crate) fn waiting(run_id: RunId, call: ToolCall, reason: String) -> Self {
+        Self {
+            run_id,
+            call,
+            reason,
+            held: HeldArguments::default(),
+        }
+    }
+
     /// Approves this call as it is: the approval binds to its run, its id,
     /// its tool and the hash of its arguments, and is used once.
     pub fn approve(&self) -> ApprovalDecision {
@@ -192,8 +226,10 @@ pub struct SuspendedRun {
     /// Sub-agent depth.
     #[serde(default)]
     pub depth: u32,
-    /// Calls of a checkpointed turn that a recovery must not run again:
-    /// their arguments held secrets that redaction kept out of the state.
+    /// Calls that must not run from the stored state: their arguments held
+    /// secrets that redaction kept out of it (calls of a checkpointed turn
+    /// a recovery must not run again, and waiting calls whose arguments are
+    /// stored redacted).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub replay_blocked: Vec<CallId>,
 }

@@ -166,7 +166,12 @@ impl Run<'_> {
             match (&mut nested, serving) {
                 (Some((_, rx)), Some(runner)) => {
                     while outcomes.len() < left {
+                        // Biased, so that a seed fixes the interleaving (the
+                        // simulator replays it): a call that ended is taken
+                        // before a nested request, so a request whose parent
+                        // ended finds its caller gone.
                         tokio::select! {
+                            biased;
                             Some(done) = running.next() => {
                                 if let Done::Call(index, outcome) = done {
                                     outcomes.push((index, outcome));

@@ -3,9 +3,11 @@
 //! the run's finished mark. Checkpoints are in `checkpoint.rs`, recovery in
 //! `recover.rs`, calls in doubt in `reconcile.rs`.
 
+use crate::mutation::{Mutation, planted};
 use futures_util::future::join_all;
 use tinyagents_core::{
-    AgentEvent, CallId, RunContext, RunId, TinyAgentsError, ToolCall, ToolResult, args_hash,
+    AgentEvent, CallId, RunContext, RunId, TinyAgentsError, ToolCall, ToolReplay, ToolResult,
+    args_hash,
 };
 use tinyagents_ledger::{LedgerError, LedgerFailure, Outcome, StartedRow};
 use tinytools::RegisteredTool;
@@ -54,8 +56,13 @@ impl<'h> Run<'h> {
                     ..
                 } => {
                     let hash = args_hash.clone().unwrap_or_default();
+                    let replay = if self.approved_once.contains(&call.id) {
+                        ToolReplay::Never
+                    } else {
+                        entry.spec().replay
+                    };
                     let start = harness
-                        .start_row(&self.ctx, &self.events, call, entry, hash)
+                        .start_row(&self.ctx, &self.events, call, entry, hash, replay)
                         .await;
                     Some(start)
                 }
@@ -111,6 +118,7 @@ impl AgentHarness {
         call: &ToolCall,
         entry: &RegisteredTool,
         hash: String,
+        replay: ToolReplay,
     ) -> Start {
         let Some(ledger) = &self.ledger else {
             return Start::Run;
@@ -120,7 +128,7 @@ impl AgentHarness {
             call.id.clone(),
             call.name.clone(),
             hash.clone(),
-            entry.spec().replay,
+            replay,
         );
         let error = match guarded("record_started", ledger.record_started(row)).await {
             Ok(()) => return Start::Run,
@@ -154,6 +162,7 @@ impl AgentHarness {
                     )),
                 }
             }
+            LedgerError::ReplayRefused { .. } if planted(Mutation::ReplayNever) => Start::Run,
             refused @ LedgerError::ReplayRefused { .. } => {
                 Box::pin(self.reconcile_in_doubt(ctx, events, call, entry, &hash, refused)).await
             }

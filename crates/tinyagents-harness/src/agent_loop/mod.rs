@@ -28,8 +28,8 @@ use tokio::time::Instant;
 
 use serde_json::Value;
 use tinyagents_core::{
-    AgentEvent, CallId, ChatRequest, ChatResponse, LimitBehavior, Message, ModelDelta, RunContext,
-    RunId, RunStatus, State, TinyAgentsError,
+    AgentEvent, AgentId, CallId, ChatRequest, ChatResponse, LimitBehavior, Message, ModelDelta,
+    RunContext, RunId, RunStatus, State, TinyAgentsError,
 };
 use tinyagents_middleware::OutputVerdict;
 use tracing::Instrument;
@@ -37,7 +37,9 @@ use tracing::Instrument;
 use crate::call::{Redaction, ToolEvents, contain, panic_text, panicked};
 use crate::events::EventSink;
 use crate::harness::AgentHarness;
+use crate::mutation::{Mutation, planted};
 use crate::run::{AgentRun, RunRequest};
+use crate::segment::SegmentGuard;
 use crate::tool::RunShared;
 
 pub(crate) use ledger::Start;
@@ -60,6 +62,11 @@ pub(crate) struct Run<'h> {
     /// What this segment has persisted of its checkpoint; `None` until its
     /// first, and after a failed write (the next one writes a base).
     pub(crate) cursor: Option<checkpoint::CheckpointCursor>,
+    /// Calls a person approved in this segment: their started rows are
+    /// recorded never replayed, whatever their tool's class (an approval
+    /// authorises one execution; a resume that meets one in doubt asks its
+    /// tool what became of it instead of running it again).
+    pub(crate) approved_once: Vec<CallId>,
 }
 
 /// How a turn ends the loop, if it does.
@@ -95,6 +102,21 @@ impl AgentHarness {
         events: &EventSink,
     ) -> Result<AgentRun, TinyAgentsError> {
         let (ctx, state) = self.prepare(request);
+        let (guard, events) = SegmentGuard::open(events, ctx.run_id.clone());
+        let result = self.run_prepared(ctx, state, &events).await;
+        guard.disarm();
+        result
+    }
+
+    /// [`Self::run_with`] once the request is prepared, on the segment's
+    /// own sink.
+    async fn run_prepared(
+        &self,
+        ctx: RunContext,
+        state: State,
+        events: &EventSink,
+    ) -> Result<AgentRun, TinyAgentsError> {
+        announce(&events.bounded_by(&ctx), &ctx.run_id, ctx.agent_id.as_ref()).await;
         if ctx.depth > ctx.limits.max_depth {
             let refused = Err(TinyAgentsError::LimitExceeded {
                 kind: tinyagents_core::LimitKind::Depth,
@@ -115,12 +137,6 @@ impl AgentHarness {
             gen_ai.conversation.id = %run.ctx.run_id,
         );
         async {
-            run.sink()
-                .emit(|| AgentEvent::RunStarted {
-                    run_id: run.ctx.run_id.clone(),
-                    agent_id: run.ctx.agent_id.clone(),
-                })
-                .await;
             let result = run.drive().await;
             report_failure(run.sink(), result).await
         }
@@ -154,6 +170,7 @@ impl AgentHarness {
             metadata: HashMap::new(),
             limit_reported: false,
             cursor: None,
+            approved_once: Vec::new(),
         }
     }
 
@@ -444,13 +461,28 @@ impl Run<'_> {
     }
 }
 
+/// Opens a segment's stream of events: every run segment (a run, a
+/// resume, a recovery) starts with `RunStarted` naming its run, and ends
+/// with exactly one `RunCompleted` or `RunFailed`, even when it is refused
+/// before it opens.
+pub(crate) async fn announce(events: &EventSink, run_id: &RunId, agent_id: Option<&AgentId>) {
+    events
+        .emit(|| AgentEvent::RunStarted {
+            run_id: run_id.clone(),
+            agent_id: agent_id.cloned(),
+        })
+        .await;
+}
+
 /// Emits `RunFailed` when a run ends with an error, so every run's stream
 /// ends with a terminal event.
 pub(crate) async fn report_failure(
     events: &EventSink,
     result: Result<AgentRun, TinyAgentsError>,
 ) -> Result<AgentRun, TinyAgentsError> {
-    if let Err(error) = &result {
+    if let Err(error) = &result
+        && !planted(Mutation::SilentFailure)
+    {
         events
             .emit(|| AgentEvent::RunFailed {
                 error: error.to_string(),

@@ -406,12 +406,13 @@ impl NestedRunner {
         state.active.clear();
         let ids: Vec<CallId> = state.in_flight.keys().cloned().collect();
         let mut abandoned = self.abandon(&mut state, ids);
-        let undelivered: Vec<CallId> = state
+        let mut undelivered: Vec<CallId> = state
             .ending
             .keys()
             .filter(|id| !abandoned.iter().any(|a| &a.id == *id))
             .cloned()
             .collect();
+        undelivered.sort_by(|a, b| b.depth().cmp(&a.depth()).then_with(|| a.cmp(b)));
         for id in undelivered {
             if let Some(ending) = state.ending.get(&id) {
                 abandoned.push(Abandoned {
@@ -425,7 +426,11 @@ impl NestedRunner {
         abandoned
     }
 
-    fn abandon(&self, state: &mut RunnerState, ids: Vec<CallId>) -> Vec<Abandoned> {
+    /// Claims `ids` as abandoned, deepest first (a call's nested calls end
+    /// before it does, as the tree closed from its leaves), in a fixed
+    /// order whatever the map's.
+    fn abandon(&self, state: &mut RunnerState, mut ids: Vec<CallId>) -> Vec<Abandoned> {
+        ids.sort_by(|a, b| b.depth().cmp(&a.depth()).then_with(|| a.cmp(b)));
         let mut abandoned = Vec::with_capacity(ids.len());
         for id in ids {
             let Some(flight) = state.in_flight.remove(&id) else {
@@ -496,6 +501,11 @@ pub(crate) fn attach_summary(result: &mut ToolResult, summary: Value) {
 impl NestedRunner {
     /// Refuses a request the loop never serviced (its batch ended first).
     pub(crate) async fn refuse_unserviced(&self, request: NestedRequest) {
+        if request.reply.is_closed() {
+            // Its caller is gone (its parent timed out or settled): it never
+            // started, and nobody reads its refusal.
+            return;
+        }
         let error = parent_settled(&request.name, &request.parent, "settled");
         let message = error.to_string();
         self.refuse_here(

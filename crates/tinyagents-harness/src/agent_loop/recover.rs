@@ -9,7 +9,7 @@ use tinyagents_core::{
     AgentEvent, LimitTracker, Message, RunContext, RunId, State, TinyAgentsError, ToolCall,
     ToolReplay,
 };
-use tinyagents_ledger::{EffectLedger, Found, Outcome, RunState};
+use tinyagents_ledger::{CallStatus, EffectLedger, Found, Outcome, RunState};
 
 use super::Run;
 use super::ledger::{guarded, state_error};
@@ -18,7 +18,9 @@ use super::turn::Slot;
 use crate::ResumeOptions;
 use crate::events::EventSink;
 use crate::harness::AgentHarness;
+use crate::mutation::{Mutation, planted};
 use crate::run::{AgentRun, SuspendedRun};
+use crate::segment::SegmentGuard;
 
 impl<'h> Run<'h> {
     /// Settles the run's rows still in doubt that a recovery will not meet
@@ -26,6 +28,9 @@ impl<'h> Run<'h> {
     /// turn whose checkpoint was lost), asking the tools of those that must
     /// not repeat. A failure is a warning: the rows stay in doubt, in view.
     pub(crate) async fn settle_left_in_doubt(&self) {
+        if planted(Mutation::LeaveInDoubtStarted) {
+            return;
+        }
         let harness = self.harness;
         let settled = harness
             .settle_orphans(
@@ -144,10 +149,13 @@ impl AgentHarness {
         options: ResumeOptions,
         events: &EventSink,
     ) -> Result<AgentRun, TinyAgentsError> {
+        let (guard, mut events) = SegmentGuard::open(events, run_id.clone());
+        super::announce(&events, run_id, self.agent_id.as_ref()).await;
         // Once the run is open, its failure is reported on its bounded sink.
-        let mut events = events.clone();
         let result = self.recover_run(run_id, options, &mut events).await;
-        super::report_failure(&events, result).await
+        let result = super::report_failure(&events, result).await;
+        guard.disarm();
+        result
     }
 
     async fn recover_run(
@@ -177,11 +185,28 @@ impl AgentHarness {
             )));
         }
         let blocked = saved.replay_blocked.clone();
+        let rows = ledger.rows(run_id).await.map_err(state_error)?;
+        // The checkpoint holds the budget as its turn began. The turn's
+        // model-issued calls spend again as they are admitted again, but the
+        // nested calls of a parent answered from its row are not made again:
+        // each nested row is a slot the run spent (issue 13: without this a
+        // recovered run could spend its budget a second time). A deferred
+        // row waits for a person and holds no slot.
+        let count = |nested: bool| {
+            let n = rows
+                .iter()
+                .filter(|row| row.call_id.is_nested() == nested)
+                .filter(|row| row.status != CallStatus::Deferred)
+                .count();
+            u32::try_from(n).unwrap_or(u32::MAX)
+        };
+        let (model_rows, nested_rows) = (count(false), count(true));
+        let mut saved = saved;
+        saved.budget.nested_tool_calls = saved.budget.nested_tool_calls.max(nested_rows);
         let (ctx, mut state) = self.restore(saved, options);
         // Calls issued after a checkpoint that was lost keep their rows; new
         // calls number on after every id the ledger has seen, so a different
         // call never reuses one.
-        let rows = ledger.rows(run_id).await.map_err(state_error)?;
         let highest = rows
             .iter()
             .filter(|row| !row.call_id.is_nested())
@@ -205,6 +230,10 @@ impl AgentHarness {
             return run.drive().await;
         };
         let end = run.run_calls(calls, None, &blocked, &[]).await?;
+        // A call answered from its row, a reconciliation or a blocked replay
+        // spent its slot before the crash, whether or not it was admitted
+        // again.
+        run.ctx.tracker().charge_at_least(model_rows, nested_rows);
         // Every call the checkpointed turn meets again has been answered;
         // what is still in doubt nothing will run again.
         run.settle_left_in_doubt().await;

@@ -18,8 +18,10 @@ use crate::call::{Admission, Scope};
 use crate::events::EventSink;
 use crate::harness::AgentHarness;
 use crate::run::{
-    AgentRun, ApprovalDecision, PendingCall, SUSPENDED_RUN_FORMAT, SuspendedRun, TurnEntry,
+    AgentRun, ApprovalDecision, HeldArguments, PendingCall, SUSPENDED_RUN_FORMAT, SuspendedRun,
+    TurnEntry,
 };
+use crate::segment::SegmentGuard;
 
 /// Options of a resumed run segment.
 #[derive(Debug, Clone, Default)]
@@ -32,11 +34,20 @@ impl<'h> Run<'h> {
     /// Ends a run segment waiting for approval: the calls that needed none
     /// have settled; the state holds what the host needs to resume. A
     /// waiting call gives its budget slot back: resuming reserves it again.
-    pub(crate) async fn suspend(&mut self, turn: Vec<TurnEntry>) -> AgentRun {
+    pub(crate) async fn suspend(&mut self, mut turn: Vec<TurnEntry>) -> AgentRun {
         let ctx = &self.ctx;
-        for entry in &turn {
-            if let TurnEntry::Pending { .. } = entry {
+        let mut replay_blocked = Vec::new();
+        for entry in &mut turn {
+            if let TurnEntry::Pending { pending } = entry {
                 ctx.tracker().release_tool_call();
+                // The stored state keeps the waiting call as the transcript
+                // does, redacted; a secret stays in this process only.
+                let redacted = self.events.redaction().call(&pending.call);
+                if redacted.changed || redacted.failed.is_some() {
+                    replay_blocked.push(pending.call.id.clone());
+                    let real = std::mem::replace(&mut pending.call, redacted.copy);
+                    pending.held = HeldArguments(Some((real.arguments, real.raw_arguments)));
+                }
             }
         }
         let suspended = SuspendedRun {
@@ -48,7 +59,7 @@ impl<'h> Run<'h> {
             active_ms: u64::try_from(ctx.elapsed().as_millis()).unwrap_or(u64::MAX),
             properties: (*ctx.properties).clone(),
             depth: ctx.depth,
-            replay_blocked: Vec::new(),
+            replay_blocked,
         };
         let text = self
             .state
@@ -67,11 +78,14 @@ impl<'h> Run<'h> {
     async fn decide(
         &mut self,
         position: usize,
-        mut call: ToolCall,
+        pending: PendingCall,
+        blocked: bool,
         decision: Option<&ApprovalDecision>,
     ) -> Slot<'h> {
+        let PendingCall { mut call, held, .. } = pending;
+        let held = blocked.then_some(held);
         let text = match decision {
-            Some(d) if d.approved => match self.approve(&mut call, d) {
+            Some(d) if d.approved => match self.approve(&mut call, d, held) {
                 Ok(()) => return self.admit_approved(position, call).await,
                 Err(text) => text,
             },
@@ -91,17 +105,30 @@ impl<'h> Run<'h> {
     /// Checks an approval against its call and grants it for the call's
     /// arguments prepared again (injection, the invalid-arguments policy,
     /// the schema), which is what admission and the policies see.
-    fn approve(&mut self, call: &mut ToolCall, decision: &ApprovalDecision) -> Result<(), String> {
+    /// A call whose stored arguments are redacted (`held` is `Some`) runs
+    /// only with the real arguments this process kept.
+    fn approve(
+        &mut self,
+        call: &mut ToolCall,
+        decision: &ApprovalDecision,
+        held: Option<HeldArguments>,
+    ) -> Result<(), String> {
         let harness = self.harness;
         if decision.tool_name != call.name || decision.args_hash != args_hash(&call.arguments) {
             return Err("refused: the approval does not match this call's tool or arguments, so it was not run".to_owned());
         }
-        let key = (self.ctx.run_id.clone(), call.id.clone());
-        if harness.ledger.is_none() && harness.approvals_used.lock().contains(&key) {
-            return Err(format!(
-                "refused: call {} already ran under this approval (the suspended run was resumed before); an approval is used once",
-                call.id
-            ));
+        match held.map(|held| held.0) {
+            None => {}
+            Some(Some((arguments, raw_arguments))) => {
+                call.arguments = arguments;
+                call.raw_arguments = raw_arguments;
+            }
+            Some(None) => {
+                return Err(format!(
+                    "refused: the arguments of call {} held a secret that redaction kept out of the stored state, so it cannot run from that state (resume from the state this process returned, or let the model issue the call again)",
+                    call.id
+                ));
+            }
         }
         if let Some(entry) = harness.lookup(&call.name) {
             match prepare_arguments(entry, call, &harness.injected, harness.invalid_args) {
@@ -126,10 +153,7 @@ impl<'h> Run<'h> {
         };
         match harness.admit(scope, &self.events, call).await {
             Admission::Run(admitted) => {
-                if harness.ledger.is_none() {
-                    let key = (self.ctx.run_id.clone(), admitted.call.id.clone());
-                    harness.approvals_used.lock().insert(key);
-                }
+                self.approved_once.push(admitted.call.id.clone());
                 Slot::Run {
                     call: admitted.call,
                     entry: admitted.entry,
@@ -137,11 +161,9 @@ impl<'h> Run<'h> {
                     outcome: None,
                 }
             }
-            Admission::Pending(call, reason) => Slot::Pending(PendingCall {
-                run_id: self.ctx.run_id.clone(),
-                call,
-                reason,
-            }),
+            Admission::Pending(call, reason) => {
+                Slot::Pending(PendingCall::waiting(self.ctx.run_id.clone(), call, reason))
+            }
             Admission::Refused(call, error) | Admission::Fatal(call, error) => {
                 self.refused_slot(call, &error).await
             }
@@ -168,12 +190,15 @@ impl AgentHarness {
         options: ResumeOptions,
         events: &EventSink,
     ) -> Result<AgentRun, TinyAgentsError> {
+        let (guard, mut events) = SegmentGuard::open(events, suspended.run_id.clone());
+        super::announce(&events, &suspended.run_id, self.agent_id.as_ref()).await;
         // Once the run is open, its failure is reported on its bounded sink.
-        let mut events = events.clone();
         let result = self
             .resume_segment(suspended, decisions, options, &mut events)
             .await;
-        super::report_failure(&events, result).await
+        let result = super::report_failure(&events, result).await;
+        guard.disarm();
+        result
     }
 
     async fn resume_segment(
@@ -187,7 +212,9 @@ impl AgentHarness {
         check_turn(&suspended)?;
         let decided = match_decisions(&suspended, decisions)?;
         self.check_with_ledger(&suspended).await?;
+        self.claim_resume(&suspended)?;
         let turn = std::mem::take(&mut suspended.turn);
+        let blocked = suspended.replay_blocked.clone();
         let (ctx, state) = self.restore(suspended, options);
         let mut run = self.open(ctx, state, events);
         *events = run.sink().clone();
@@ -196,13 +223,43 @@ impl AgentHarness {
             let slot = match entry {
                 TurnEntry::Settled { message } => Slot::Settled(message),
                 TurnEntry::Pending { pending } => {
-                    run.decide(position, pending.call, decision).await
+                    let blocked = blocked.contains(&pending.call.id);
+                    run.decide(position, pending, blocked, decision).await
                 }
             };
             slots.push(slot);
         }
         let end = run.complete_turn(slots, None).await?;
         run.continue_after(end).await
+    }
+
+    /// Without a ledger, this harness is the record that a suspended state
+    /// was resumed: a state whose waiting calls were decided by an earlier
+    /// resume is refused whole, before anything runs (resuming it again
+    /// would repeat every turn after it, and every effect in them). A call
+    /// that asked for approval again while it ran (it did not act) is
+    /// released from this record, so the state it waits in can be resumed.
+    fn claim_resume(&self, suspended: &SuspendedRun) -> Result<(), TinyAgentsError> {
+        if self.ledger.is_some() {
+            return Ok(());
+        }
+        let run = &suspended.run_id;
+        let mut used = self.approvals_used.lock();
+        if let Some(pending) = suspended
+            .pending()
+            .find(|p| used.contains(&(run.clone(), p.call.id.clone())))
+        {
+            return Err(TinyAgentsError::State(format!(
+                "run {run} was resumed from this suspended state before (call {} was decided then): a suspended state resumes once, and without an effect ledger this harness remembers that for its lifetime",
+                pending.call.id
+            )));
+        }
+        used.extend(
+            suspended
+                .pending()
+                .map(|p| (run.clone(), p.call.id.clone())),
+        );
+        Ok(())
     }
 
     /// With a ledger, holds the suspended state to the run's checkpoint.
@@ -216,6 +273,22 @@ impl AgentHarness {
             return Err(TinyAgentsError::State(format!(
                 "run {run} has finished: this suspended state of it was resumed before, and an approval is used once"
             )));
+        }
+        // A waiting call that settled since was decided by an earlier
+        // resume of this state. A call that asked again while it ran (and
+        // did not act) is `deferred` again and may be resumed; one whose
+        // resume was cut short is `started`, in doubt, and its admission
+        // asks its tool what became of it.
+        for pending in suspended.pending() {
+            let id = &pending.call.id;
+            if let Some(row) = ledger.get(run, id).await.map_err(state_error)?
+                && row.status.is_settled()
+            {
+                return Err(TinyAgentsError::State(format!(
+                    "run {run} was resumed from this suspended state before (call {id} is {} in the effect ledger): a suspended state resumes once",
+                    row.status.as_str()
+                )));
+            }
         }
         let Some(checkpoint) = self.load_saved(ledger.as_ref(), &suspended.run_id).await? else {
             return Ok(());

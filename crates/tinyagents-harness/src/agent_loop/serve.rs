@@ -27,6 +27,12 @@ impl Run<'_> {
             arguments,
             mut reply,
         } = request;
+        if reply.is_closed() {
+            // Its caller stopped waiting before the loop got to it (its
+            // parent timed out or settled meanwhile): it never started, so
+            // it gets no events, no row and no slot.
+            return;
+        }
         self.events
             .started_nested(&id, &parent, &name, &arguments)
             .await;

@@ -169,11 +169,9 @@ impl<'h> Run<'h> {
                     }
                     self.refused_slot(call, &error).await
                 }
-                Admission::Pending(call, reason) => Slot::Pending(PendingCall {
-                    run_id: self.ctx.run_id.clone(),
-                    call,
-                    reason,
-                }),
+                Admission::Pending(call, reason) => {
+                    Slot::Pending(PendingCall::waiting(self.ctx.run_id.clone(), call, reason))
+                }
                 Admission::Fatal(_, error) => return Ok(TurnEnd::Fail(error)),
             };
             slots.push(slot);
@@ -313,14 +311,7 @@ impl<'h> Run<'h> {
                 }
                 let call = self.with_arguments(call);
                 let run_id = self.ctx.run_id.clone();
-                Self::fold_pending(
-                    fold,
-                    PendingCall {
-                        run_id,
-                        call,
-                        reason,
-                    },
-                );
+                Self::fold_pending(fold, PendingCall::waiting(run_id, call, reason));
                 return;
             }
             // Only a nested call's end can be claimed by another.

@@ -19,6 +19,7 @@
 //! | hold | — | the concurrency gate, under the parent's hold |
 //! | ledger | the turn's started rows, written together | the started row |
 
+use crate::mutation::{Mutation, planted};
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 
@@ -431,8 +432,15 @@ impl AgentHarness {
         }
         let hash = tinyagents_core::args_hash(&a.call.arguments);
         // Boxed: the ledger's future is large and only runs with a ledger.
-        let start =
-            Box::pin(self.start_row(scope.ctx(), events, &a.call, entry, hash.clone())).await;
+        let start = Box::pin(self.start_row(
+            scope.ctx(),
+            events,
+            &a.call,
+            entry,
+            hash.clone(),
+            entry.spec().replay,
+        ))
+        .await;
         a.args_hash = Some(hash);
         match start {
             Start::Run => Ok(()),
@@ -521,6 +529,9 @@ impl AgentHarness {
                     }
                 }
                 Scope::Nested { ctx, state, .. } => {
+                    if planted(Mutation::SkipNestedPolicy) {
+                        continue;
+                    }
                     contain(name, middleware.check_nested_tool(ctx, state, &a.call)).await?;
                 }
             }
@@ -633,7 +644,7 @@ impl<'a> NestedSlot<'a> {
 
 impl Drop for NestedSlot<'_> {
     fn drop(&mut self) {
-        if !self.kept {
+        if !self.kept && !planted(Mutation::KeepRefusedSlot) {
             self.tracker.release_nested_tool_call();
         }
     }

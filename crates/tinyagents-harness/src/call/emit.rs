@@ -9,6 +9,7 @@ use tinyagents_core::{AgentEvent, CallId, ToolCall, ToolResult};
 
 use super::redact::Redaction;
 use crate::events::EventSink;
+use crate::mutation::{Mutation, planted};
 
 /// Emits a run's tool events.
 #[derive(Clone)]
@@ -52,7 +53,13 @@ impl ToolEvents {
         if !self.is_active() {
             return;
         }
-        let arguments = self.capture.then(|| self.redaction.arguments(call));
+        let arguments = self.capture.then(|| {
+            if planted(Mutation::UnredactedEvents) {
+                call.arguments.clone()
+            } else {
+                self.redaction.arguments(call)
+            }
+        });
         self.sink
             .emit(|| AgentEvent::ToolStarted {
                 call_id: call.id.clone(),
@@ -97,21 +104,27 @@ impl ToolEvents {
         if !self.is_active() {
             return;
         }
-        let content = self
-            .capture
-            .then(|| self.redaction.text(result.content.clone()));
+        let content = self.capture.then(|| {
+            if planted(Mutation::UnredactedEvents) {
+                result.content.clone()
+            } else {
+                self.redaction.text(result.content.clone())
+            }
+        });
         let metadata = result.metadata.as_ref().map(|m| self.redaction.copy(m));
-        self.sink
-            .emit(|| AgentEvent::ToolCompleted {
-                call_id: id.clone(),
-                parent_call_id: id.parent(),
-                name: name.to_owned(),
-                duration_ms,
-                is_error: result.is_error,
-                result: content,
-                metadata,
-            })
-            .await;
+        let event = || AgentEvent::ToolCompleted {
+            call_id: id.clone(),
+            parent_call_id: id.parent(),
+            name: name.to_owned(),
+            duration_ms,
+            is_error: result.is_error,
+            result: content.clone(),
+            metadata: metadata.clone(),
+        };
+        self.sink.emit(event).await;
+        if planted(Mutation::SecondTerminal) && id.is_nested() {
+            self.sink.emit(event).await;
+        }
     }
 
     /// `ToolFailed` for a call that was refused, raised or was abandoned.
