@@ -304,3 +304,68 @@ async fn i13_an_approved_call_left_in_doubt_by_a_timeout_does_not_run_again_on_a
     );
     assert_eq!(calls_of(&deploy), 1, "the approved call ran once");
 }
+
+/// Found by seed 244 (findings/a-settled-call-is-not-asked-for-again.json):
+/// a call a person approved ran and settled, then the process died before
+/// the next checkpoint; the recovery met the call again, and since no
+/// approval survives a process, asked a person to approve it once more: a
+/// "no" then told the model a payment that had happened was refused. A
+/// call met again with a settled row of the same call is now answered from
+/// its row before anyone is asked.
+#[tokio::test]
+async fn i13_a_recovery_answers_a_settled_approved_call_from_its_row_instead_of_asking_again() {
+    let wire = flagged("wire");
+    let ledger = Arc::new(MemoryLedger::new());
+    let script = vec![
+        ScriptedModel::tool_call("wire", json!({"tag": "rent"})),
+        ChatResponse::text("paid"),
+    ];
+    let process = |dying: bool, waiting: Arc<tokio::sync::Notify>| {
+        let model = Arc::new(DiesAtTurnTwo {
+            script: script.clone(),
+            dying,
+            asked: AtomicUsize::new(0),
+            waiting,
+        });
+        let mut builder =
+            AgentHarness::builder(model).ledger(Arc::clone(&ledger) as Arc<dyn EffectLedger>);
+        builder
+            .register(Arc::clone(&wire) as Arc<dyn Tool>)
+            .unwrap();
+        builder.build().unwrap()
+    };
+    let id = RunId::new("approved-then-died");
+    let waiting = Arc::new(tokio::sync::Notify::new());
+    let first = process(true, Arc::clone(&waiting));
+    let run = first
+        .run_with(
+            RunRequest::new("pay").with_run_id(id.clone()),
+            &EventSink::none(),
+        )
+        .await
+        .unwrap();
+    let suspended = through_json(&run);
+    let decisions = approve_all(&suspended);
+    let none = EventSink::none();
+    tokio::select! {
+        _ = first.resume(suspended, &decisions, ResumeOptions::default(), &none) => {
+            panic!("the process was meant to die after the approved call")
+        }
+        () = waiting.notified() => {}
+    }
+    drop(first);
+    assert_eq!(calls_of(&wire), 1);
+    let second = process(false, Arc::new(tokio::sync::Notify::new()));
+    let recovered = second
+        .recover(&id, ResumeOptions::default(), &EventSink::none())
+        .await
+        .unwrap();
+    assert_eq!(
+        recovered.status,
+        RunStatus::Completed,
+        "nobody was asked again"
+    );
+    assert!(recovered.pending().is_empty());
+    assert_eq!(tool_results(&recovered.messages)[0].1, "ok rent");
+    assert_eq!(calls_of(&wire), 1, "the approved call ran once");
+}

@@ -392,27 +392,15 @@ fn effects_once(history: &History, seen: &Observation, fail: &mut Fail<'_>) {
         }
         count.insert((&e.run, &e.call), 0);
     }
-    let approved: HashSet<(&RunId, &CallId)> = seen.approved.iter().map(|(r, c)| (r, c)).collect();
-    // A call a person was asked about and did not approve never ran.
+    // A call a person denied never ran, unless a person approved it when
+    // asked again (a crash before the denial was recorded asks again).
     for e in &seen.effects {
-        let asked = seen.segments.iter().any(|s| match &s.end {
-            SegmentEnd::Finished {
-                suspended: Some(text),
-                ..
-            } => text.contains(&format!("\"id\":\"{}\"", e.call)) && e.run.as_str() == RUN,
-            _ => false,
-        });
-        if asked
-            && !e.call.is_nested()
-            && e.depth == 0
-            && needs_approval(history, &e.tool)
-            && !approved.contains(&(&e.run, &e.call))
-            && !callback_approves(history, &e.tool)
-        {
+        let is = |(r, c): &(RunId, CallId)| *r == e.run && *c == e.call;
+        if seen.denied.iter().any(is) && !seen.approved.iter().any(is) {
             fail(
                 5,
                 format!(
-                    "{} {} ({}) ran though the person did not approve it",
+                    "{} {} ({}) ran though the person denied it",
                     e.run, e.call, e.tool
                 ),
             );

@@ -98,6 +98,8 @@ pub struct Observation {
     pub effects: Vec<Effect>,
     /// Calls a person approved, by run and id.
     pub approved: Vec<(RunId, CallId)>,
+    /// Calls a person denied, by run and id.
+    pub denied: Vec<(RunId, CallId)>,
     /// Every ledger row at the end, of every run of the tree.
     pub rows: Vec<LedgerRow>,
     /// The calls the ledger lists in doubt.
@@ -276,6 +278,8 @@ async fn drive(history: &History) -> Observation {
                                 .push((pending.run_id.clone(), pending.call.id.clone()));
                             pending.approve()
                         } else {
+                            seen.denied
+                                .push((pending.run_id.clone(), pending.call.id.clone()));
                             pending.deny("the simulated person says no")
                         }
                     })

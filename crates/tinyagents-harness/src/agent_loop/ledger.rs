@@ -87,6 +87,21 @@ impl<'h> Run<'h> {
     }
 }
 
+impl Run<'_> {
+    /// The recorded result of `call` when the ledger holds a settled row of
+    /// the same call (tool and prepared arguments).
+    pub(crate) async fn settled_answer(&self, call: &ToolCall) -> Option<ToolResult> {
+        let ledger = self.harness.ledger.as_ref()?;
+        let row = guarded("get", ledger.get(&self.ctx.run_id, &call.id))
+            .await
+            .ok()??;
+        let hash = args_hash(&self.events.redaction().copy(&call.arguments));
+        (row.status.is_settled() && row.tool_name == call.name && row.args_hash == hash)
+            .then(|| row.result.map(|stored| stored.to_tool_result()))
+            .flatten()
+    }
+}
+
 impl AgentHarness {
     /// Claims a new run's id in the ledger: an id the ledger already holds
     /// (another run's, finished or not) is refused, so a new run is never

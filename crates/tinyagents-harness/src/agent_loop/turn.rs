@@ -169,9 +169,15 @@ impl<'h> Run<'h> {
                     }
                     self.refused_slot(call, &error).await
                 }
-                Admission::Pending(call, reason) => {
-                    Slot::Pending(PendingCall::waiting(self.ctx.run_id.clone(), call, reason))
-                }
+                Admission::Pending(call, reason) => match self.settled_answer(&call).await {
+                    // A call that ran and settled before a crash (recovery
+                    // meets it again) is answered from its row: a person is
+                    // not asked to approve what already happened.
+                    Some(result) => Slot::Recorded { call, result },
+                    None => {
+                        Slot::Pending(PendingCall::waiting(self.ctx.run_id.clone(), call, reason))
+                    }
+                },
                 Admission::Fatal(_, error) => return Ok(TurnEnd::Fail(error)),
             };
             slots.push(slot);
