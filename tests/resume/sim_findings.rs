@@ -369,3 +369,64 @@ async fn i13_a_recovery_answers_a_settled_approved_call_from_its_row_instead_of_
     assert_eq!(tool_results(&recovered.messages)[0].1, "ok rent");
     assert_eq!(calls_of(&wire), 1, "the approved call ran once");
 }
+
+/// Found by seed 22839 (findings/a-blocked-replay-keeps-its-slot.json): a
+/// recovered turn answers a call whose arguments held a secret from its row
+/// without admitting it again (the secret was never persisted), and that
+/// answer spent no slot, so the turn's next call, refused by the budget the
+/// first time, ran. Every call the recovered turn meets spends its slot
+/// again, as when it was first issued. (The run here fails at its limit, and
+/// the process dies before it marks the run finished.)
+#[tokio::test]
+async fn i13_a_recovered_turn_charges_a_blocked_replay_so_a_call_over_budget_stays_refused() {
+    let wire = plain("wire");
+    let read = plain("read");
+    // The process dies before it marks the run finished: that write is lost.
+    let ledger = Arc::new(HookedLedger::new(|write| match write {
+        LedgerWrite::Finished => Verdict::Drop,
+        _ => Verdict::Pass,
+    }));
+    let turn = || {
+        ScriptedModel::tool_calls([
+            ("wire", json!({"tag": "rent", "token": SECRET})),
+            ("read", json!({"tag": "notes"})),
+        ])
+    };
+    let model = script(vec![turn(), turn(), done()]);
+    let shared = Arc::clone(&ledger) as Arc<dyn EffectLedger>;
+    let harness = build(&model, &[wire.clone(), read.clone()], |b| {
+        b.limits(RunLimits::default().with_max_tool_calls(1))
+            .middleware(Arc::new(RedactionMiddleware::with_redactor(
+                Redactor::new().with_secret(SECRET),
+            )))
+            .ledger(shared)
+    });
+    let id = RunId::new("blocked");
+    let first = harness
+        .run_with(
+            RunRequest::new("go").with_run_id(id.clone()),
+            &EventSink::none(),
+        )
+        .await;
+    assert!(
+        matches!(first, Err(TinyAgentsError::LimitExceeded { .. })),
+        "{first:?}"
+    );
+    assert_eq!(
+        (calls_of(&wire), calls_of(&read)),
+        (1, 0),
+        "read was over the budget"
+    );
+    let again = harness
+        .recover(&id, ResumeOptions::default(), &EventSink::none())
+        .await;
+    assert!(
+        matches!(again, Err(TinyAgentsError::LimitExceeded { .. })),
+        "{again:?}"
+    );
+    assert_eq!(
+        (calls_of(&wire), calls_of(&read)),
+        (1, 0),
+        "read is still over the budget"
+    );
+}

@@ -130,6 +130,10 @@ impl<'h> Run<'h> {
         let mut slots = Vec::with_capacity(calls.len());
         for (position, call) in calls.into_iter().enumerate() {
             if replay_blocked.contains(&call.id) {
+                // It spent its slot when it was first issued, like every
+                // issued call (issue 13: without this, a recovered turn
+                // gave its slot to the next call).
+                let _ = self.ctx.tracker().try_reserve_tool_call();
                 slots.push(self.blocked_replay(call).await);
                 continue;
             }
