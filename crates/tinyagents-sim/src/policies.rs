@@ -116,12 +116,7 @@ pub(crate) fn statically_refused(
     if p.plan_mode && !def.read_only {
         return Some("plan mode refuses a tool that is not read-only".to_owned());
     }
-    let gate = p
-        .gate
-        .iter()
-        .flatten()
-        .find(|(name, _)| name == tool)
-        .map(|(_, mode)| *mode);
+    let gate = gate_mode(history, tool);
     match gate {
         Some(GateMode::Deny | GateMode::Error | GateMode::Panic) => {
             return Some(format!("the gate answers {gate:?}"));
@@ -138,6 +133,18 @@ pub(crate) fn statically_refused(
         return Some("it needs approval and a nested or delegated call cannot wait".to_owned());
     }
     None
+}
+
+/// What the gate answers for `tool`: the first answer it has for it, as the
+/// gate reads its list.
+fn gate_mode(history: &History, tool: &str) -> Option<GateMode> {
+    history
+        .policies
+        .gate
+        .iter()
+        .flatten()
+        .find(|(name, _)| name == tool)
+        .map(|(_, mode)| *mode)
 }
 
 /// Whether a call of `tool` needs someone's approval to run.
@@ -162,10 +169,7 @@ pub(crate) fn callback_approves(history: &History, tool: &str) -> bool {
     };
     let flagged = p.human.iter().flatten().any(|n| n == tool) || def.approval_required;
     let asked_elsewhere = (p.deny_mask.is_some() && p.policy_approval.iter().any(|n| n == tool))
-        || p.gate
-            .iter()
-            .flatten()
-            .any(|(name, mode)| name == tool && *mode == GateMode::Ask);
+        || gate_mode(history, tool) == Some(GateMode::Ask);
     p.human.is_some() && p.callback == Callback::Approve && flagged && !asked_elsewhere
 }
 

@@ -178,7 +178,7 @@ pub(crate) struct NestedRunner {
     events: ToolEvents,
 }
 
-fn parent_settled(name: &str, parent: &CallId, why: &str) -> TinyAgentsError {
+pub(crate) fn parent_settled(name: &str, parent: &CallId, why: &str) -> TinyAgentsError {
     TinyAgentsError::ToolFailed {
         tool: name.to_owned(),
         message: format!("parent settled: {parent} {why} while nested call '{name}' was in flight"),
@@ -222,6 +222,13 @@ impl NestedRunner {
     /// The charge is given back when the call is admitted or abandoned and
     /// kept when it is refused, so however calls interleave, no more than
     /// the quota are ever evaluated towards refusal.
+    /// Whether `parent`, a nested call, has ended (settled or abandoned):
+    /// a model-issued parent is never in flight here, and is running while
+    /// its batch serves requests.
+    pub(crate) fn has_ended(&self, parent: &CallId) -> bool {
+        parent.is_nested() && !self.state.lock().in_flight.contains_key(parent)
+    }
+
     pub(crate) fn started(
         &self,
         id: &CallId,
@@ -501,12 +508,13 @@ pub(crate) fn attach_summary(result: &mut ToolResult, summary: Value) {
 impl NestedRunner {
     /// Refuses a request the loop never serviced (its batch ended first).
     pub(crate) async fn refuse_unserviced(&self, request: NestedRequest) {
-        if request.reply.is_closed() {
-            // Its caller is gone (its parent timed out or settled): it never
-            // started, and nobody reads its refusal.
+        let error = parent_settled(&request.name, &request.parent, "settled");
+        if request.reply.is_closed() || self.has_ended(&request.parent) {
+            // Its caller is gone, or its parent already ended: it never
+            // started, so it gets no events.
+            let _ = request.reply.send(Err(error));
             return;
         }
-        let error = parent_settled(&request.name, &request.parent, "settled");
         let message = error.to_string();
         self.refuse_here(
             &request.id,

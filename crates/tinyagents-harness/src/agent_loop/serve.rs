@@ -10,7 +10,7 @@ use serde_json::Value;
 use tinyagents_core::{TinyAgentsError, ToolCall};
 
 use super::Run;
-use super::nested::{NestedRequest, NestedRunner, NestedStatus};
+use super::nested::{NestedRequest, NestedRunner, NestedStatus, parent_settled};
 use crate::call::{Admission, Admitted, CallOutcome, CallSite, Scope, SettleScope, Settlement};
 
 impl Run<'_> {
@@ -27,10 +27,11 @@ impl Run<'_> {
             arguments,
             mut reply,
         } = request;
-        if reply.is_closed() {
-            // Its caller stopped waiting before the loop got to it (its
-            // parent timed out or settled meanwhile): it never started, so
-            // it gets no events, no row and no slot.
+        if reply.is_closed() || runner.has_ended(&parent) {
+            // Its caller stopped waiting before the loop got to it, or its
+            // parent already ended (timed out, settled, abandoned): it
+            // never started, so it gets no events, no row and no slot.
+            let _ = reply.send(Err(parent_settled(&name, &parent, "settled")));
             return;
         }
         self.events
