@@ -124,6 +124,16 @@ impl Outlet {
     }
 }
 
+/// What waiting for room in the buffer came to.
+enum Room<'o> {
+    /// A place for one event.
+    Permit(mpsc::Permit<'o, AgentEvent>),
+    /// The run's bounds were reached and the reader stalled: drop the event.
+    GaveWay,
+    /// Nobody listens any more.
+    Closed,
+}
+
 /// Where a delegated run's events are forwarded from.
 #[derive(Debug)]
 struct DelegationScope {
@@ -288,13 +298,24 @@ impl EventSink {
     }
 
     /// Sends every deferred event, each waiting for room as [`Self::emit`]
-    /// does.
+    /// does. Room is taken before the event leaves the queue, so a send
+    /// dropped while it waits (its run was dropped too) loses nothing.
     async fn send_deferred(&self, out: &Outlet) {
-        while let Some(event) = out.next_deferred() {
-            match out.tx.try_send(event) {
-                Ok(()) => out.delivered(),
-                Err(TrySendError::Closed(_)) => return,
-                Err(TrySendError::Full(event)) => self.send_when_room(out, event).await,
+        while out.has_deferred.load(Ordering::Acquire) {
+            let room = match out.tx.try_reserve() {
+                Ok(permit) => Room::Permit(permit),
+                Err(TrySendError::Closed(())) => Room::Closed,
+                Err(TrySendError::Full(())) => self.room(out).await,
+            };
+            if let Room::Closed = room {
+                return;
+            }
+            let Some(event) = out.next_deferred() else {
+                return;
+            };
+            match room {
+                Room::Permit(permit) => out.send(Ok(permit), event),
+                Room::GaveWay | Room::Closed => out.count_drop(),
             }
         }
     }
@@ -410,26 +431,39 @@ impl EventSink {
 
     /// The slow path of [`Self::emit`]: the buffer was full.
     async fn send_when_room(&self, out: &Outlet, event: AgentEvent) {
+        match self.room(out).await {
+            Room::Permit(permit) => out.send(Ok(permit), event),
+            Room::GaveWay => out.count_drop(),
+            Room::Closed => {}
+        }
+    }
+
+    /// Waits for room in the buffer, giving way as [`Self::emit`] says.
+    async fn room<'o>(&self, out: &'o Outlet) -> Room<'o> {
+        let room = |permit: Result<mpsc::Permit<'o, AgentEvent>, _>| match permit {
+            Ok(permit) => Room::Permit(permit),
+            Err(_) => Room::Closed,
+        };
         let Some(bounds) = &self.bounds else {
-            return out.send(out.tx.reserve().await, event);
+            return room(out.tx.reserve().await);
         };
         if !bounds.reached() {
             tokio::select! {
                 biased;
-                permit = out.tx.reserve() => return out.send(permit, event),
+                permit = out.tx.reserve() => return room(permit),
                 () = bounds.wait() => {}
             }
         }
         // The run's end is decided: wait for a reader that still reads, not
         // for one that stalled.
         if out.stalled.load(Ordering::Relaxed) {
-            return out.count_drop();
+            return Room::GaveWay;
         }
         match tokio::time::timeout(STALLED_READER_GRACE, out.tx.reserve()).await {
-            Ok(permit) => out.send(permit, event),
+            Ok(permit) => room(permit),
             Err(_) => {
                 out.stalled.store(true, Ordering::Relaxed);
-                out.count_drop();
+                Room::GaveWay
             }
         }
     }
