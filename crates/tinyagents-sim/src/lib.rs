@@ -23,6 +23,7 @@ mod drive;
 mod ledger;
 mod model;
 pub mod mutation;
+mod observe;
 pub mod plan;
 mod policies;
 mod rng;
