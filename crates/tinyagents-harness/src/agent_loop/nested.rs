@@ -178,7 +178,7 @@ pub(crate) struct NestedRunner {
     events: ToolEvents,
 }
 
-pub(crate) fn parent_settled(name: &str, parent: &CallId, why: &str) -> TinyAgentsError {
+fn parent_settled(name: &str, parent: &CallId, why: &str) -> TinyAgentsError {
     TinyAgentsError::ToolFailed {
         tool: name.to_owned(),
         message: format!("parent settled: {parent} {why} while nested call '{name}' was in flight"),
@@ -216,19 +216,32 @@ impl NestedRunner {
         })
     }
 
+    /// Answers `request` with the parent-settled refusal, without events,
+    /// when it never started and never will: its caller stopped waiting
+    /// before the loop got to it, or its parent (a nested call) has already
+    /// ended (settled, timed out, abandoned). A model-issued parent is never
+    /// in flight here, and is running while its batch serves requests.
+    /// Gives the request back otherwise.
+    pub(crate) fn drop_orphan(&self, request: NestedRequest) -> Option<NestedRequest> {
+        let ended = request.parent.is_nested()
+            && !self.state.lock().in_flight.contains_key(&request.parent);
+        if !request.reply.is_closed() && !ended {
+            return Some(request);
+        }
+        let _ = request.reply.send(Err(parent_settled(
+            &request.name,
+            &request.parent,
+            "settled",
+        )));
+        None
+    }
+
     /// Registers a call whose `ToolStarted` was delivered, and charges it
     /// against its parent's refusal quota before it is evaluated: `false`
     /// when the quota is spent (the call is refused without evaluation).
     /// The charge is given back when the call is admitted or abandoned and
     /// kept when it is refused, so however calls interleave, no more than
     /// the quota are ever evaluated towards refusal.
-    /// Whether `parent`, a nested call, has ended (settled or abandoned):
-    /// a model-issued parent is never in flight here, and is running while
-    /// its batch serves requests.
-    pub(crate) fn has_ended(&self, parent: &CallId) -> bool {
-        parent.is_nested() && !self.state.lock().in_flight.contains_key(parent)
-    }
-
     pub(crate) fn started(
         &self,
         id: &CallId,
@@ -508,13 +521,10 @@ pub(crate) fn attach_summary(result: &mut ToolResult, summary: Value) {
 impl NestedRunner {
     /// Refuses a request the loop never serviced (its batch ended first).
     pub(crate) async fn refuse_unserviced(&self, request: NestedRequest) {
-        let error = parent_settled(&request.name, &request.parent, "settled");
-        if request.reply.is_closed() || self.has_ended(&request.parent) {
-            // Its caller is gone, or its parent already ended: it never
-            // started, so it gets no events.
-            let _ = request.reply.send(Err(error));
+        let Some(request) = self.drop_orphan(request) else {
             return;
-        }
+        };
+        let error = parent_settled(&request.name, &request.parent, "settled");
         let message = error.to_string();
         self.refuse_here(
             &request.id,

@@ -201,9 +201,8 @@ impl AgentHarness {
             u32::try_from(n).unwrap_or(u32::MAX)
         };
         let (model_rows, nested_rows) = (count(false), count(true));
-        let mut saved = saved;
-        saved.budget.nested_tool_calls = saved.budget.nested_tool_calls.max(nested_rows);
         let (ctx, mut state) = self.restore(saved, options);
+        ctx.tracker().charge_at_least(0, nested_rows);
         // Calls issued after a checkpoint that was lost keep their rows; new
         // calls number on after every id the ledger has seen, so a different
         // call never reuses one.

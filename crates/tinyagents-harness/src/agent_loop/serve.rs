@@ -10,7 +10,7 @@ use serde_json::Value;
 use tinyagents_core::{TinyAgentsError, ToolCall};
 
 use super::Run;
-use super::nested::{NestedRequest, NestedRunner, NestedStatus, parent_settled};
+use super::nested::{NestedRequest, NestedRunner, NestedStatus};
 use crate::call::{Admission, Admitted, CallOutcome, CallSite, Scope, SettleScope, Settlement};
 
 impl Run<'_> {
@@ -20,6 +20,11 @@ impl Run<'_> {
     /// exactly one terminal event, whoever ends it (see `NestedRunner`).
     pub(crate) async fn serve_nested(&self, runner: &Arc<NestedRunner>, request: NestedRequest) {
         let harness = self.harness;
+        // A request whose caller or parent is gone never starts: no events,
+        // no row, no slot.
+        let Some(request) = runner.drop_orphan(request) else {
+            return;
+        };
         let NestedRequest {
             parent,
             id,
@@ -27,13 +32,6 @@ impl Run<'_> {
             arguments,
             mut reply,
         } = request;
-        if reply.is_closed() || runner.has_ended(&parent) {
-            // Its caller stopped waiting before the loop got to it, or its
-            // parent already ended (timed out, settled, abandoned): it
-            // never started, so it gets no events, no row and no slot.
-            let _ = reply.send(Err(parent_settled(&name, &parent, "settled")));
-            return;
-        }
         self.events
             .started_nested(&id, &parent, &name, &arguments)
             .await;
