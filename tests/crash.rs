@@ -15,7 +15,8 @@ use serde_json::json;
 use tinyagents::ledger::CommitPoint;
 use tinyagents::prelude::*;
 use tinyagents::{
-    CallId, CallStatus, EffectLedger, ResumeOptions, RunId, SqliteLedger, SqliteOptions, ToolReplay,
+    core::CallId, core::RunId, core::ToolReplay, harness::ResumeOptions, ledger::CallStatus,
+    ledger::EffectLedger, ledger::SqliteLedger, ledger::SqliteOptions,
 };
 
 const POINT: &str = "TINYAGENTS_CRASH_POINT";
@@ -162,7 +163,7 @@ fn crash_child() {
 /// suspended state is stored; the resume with the approval pays and stalls
 /// there, to be killed.
 async fn pay_in_a_resume(dir: &Path, ledger: SqliteLedger) {
-    use tinyagents::HumanApprovalMiddleware;
+    use tinyagents::middleware::HumanApprovalMiddleware;
     let ledger: Arc<dyn EffectLedger> = Arc::new(ledger);
     let approving = |model: ScriptedModel| {
         let mut builder = AgentHarness::builder(Arc::new(model))
@@ -211,8 +212,8 @@ async fn pay_then_hang(dir: &Path, ledger: SqliteLedger, durable: bool) {
         }
         async fn chat(
             &self,
-            request: tinyagents::ChatRequest<'_>,
-        ) -> Result<ChatResponse, tinyagents::ModelError> {
+            request: tinyagents::core::ChatRequest<'_>,
+        ) -> Result<ChatResponse, tinyagents::core::ModelError> {
             if request
                 .messages
                 .iter()
@@ -457,7 +458,7 @@ async fn killed_during_a_resume_the_approved_call_ran_at_most_once_and_its_row_s
         [("p1".to_owned(), CallStatus::Interrupted)]
     );
     let stored = std::fs::read_to_string(dir.path().join("suspended.json")).unwrap();
-    let suspended: tinyagents::SuspendedRun = serde_json::from_str(&stored).unwrap();
+    let suspended: tinyagents::harness::SuspendedRun = serde_json::from_str(&stored).unwrap();
     let decisions: Vec<_> = suspended.pending().map(|p| p.approve()).collect();
     let again = harness(
         ScriptedModel::new([ChatResponse::text("paid again?")]),

@@ -9,8 +9,9 @@ use std::sync::atomic::Ordering;
 use serde_json::{Value, json};
 use tinyagents::prelude::*;
 use tinyagents::{
-    CallStatus, EffectLedger, HumanApprovalMiddleware, LedgerFailure, MemoryLedger, ResumeOptions,
-    RunId, StartedRow, ToolExecutionContext, ToolReplay, args_hash, tinytools,
+    core::RunId, core::ToolReplay, core::args_hash, harness::ResumeOptions,
+    harness::ToolExecutionContext, ledger::CallStatus, ledger::EffectLedger, ledger::LedgerFailure,
+    ledger::MemoryLedger, ledger::StartedRow, middleware::HumanApprovalMiddleware, tools,
 };
 use tinyagents_tests::*;
 
@@ -18,7 +19,9 @@ fn harness_with(
     model: Vec<ChatResponse>,
     ledger: Arc<dyn EffectLedger>,
     tools: Vec<Arc<dyn Tool>>,
-    configure: impl FnOnce(tinyagents::AgentHarnessBuilder) -> tinyagents::AgentHarnessBuilder,
+    configure: impl FnOnce(
+        tinyagents::harness::AgentHarnessBuilder,
+    ) -> tinyagents::harness::AgentHarnessBuilder,
 ) -> AgentHarness {
     let mut builder = AgentHarness::builder(Arc::new(ScriptedModel::new(model)))
         .ledger(ledger)
@@ -56,7 +59,6 @@ async fn every_model_issued_call_gets_a_started_and_a_settled_row() {
     let harness = AgentHarness::builder(Arc::new(ScriptedModel::new(model)))
         .ledger(ledger.clone())
         .tool(add_tool())
-        .unwrap()
         .build()
         .unwrap();
     let run = harness
@@ -205,7 +207,7 @@ async fn recovery_answers_settled_calls_refuses_never_calls_and_reruns_safe_ones
     );
     assert_eq!(fetch.calls.load(Ordering::SeqCst), 2);
     let row = ledger
-        .get(&run_id, &tinyagents::CallId::new("p2"))
+        .get(&run_id, &tinyagents::core::CallId::new("p2"))
         .await
         .unwrap()
         .unwrap();
@@ -252,7 +254,7 @@ async fn recovery_gives_a_never_replay_call_in_doubt_an_interrupted_result() {
         "the payment was not repeated"
     );
     let row = ledger
-        .get(&run_id, &tinyagents::CallId::new("p1"))
+        .get(&run_id, &tinyagents::core::CallId::new("p1"))
         .await
         .unwrap()
         .unwrap();
@@ -323,7 +325,7 @@ async fn i11_2b_a_new_run_under_an_existing_run_id_is_refused_not_answered_from_
     ledger
         .record_started(StartedRow::new(
             open.clone(),
-            tinyagents::CallId::new("p1"),
+            tinyagents::core::CallId::new("p1"),
             "add",
             args_hash(&json!({"a": 9, "b": 9})),
             ToolReplay::Safe,
@@ -401,10 +403,10 @@ async fn a_tool_receives_its_calls_idempotency_key() {
     let tool = FnTool::with_context(
         "charge",
         "Charges.",
-        move |args: AddArgs, ctx: Option<ToolRunContext>| {
+        move |args: AddArgs, ctx: ToolRunContext| {
             let seen = seen_in_tool.clone();
             async move {
-                *seen.lock().unwrap() = ctx.and_then(|c| c.idempotency_key().cloned());
+                *seen.lock().unwrap() = ctx.idempotency_key().cloned();
                 anyhow::Ok(format!("{}", args.a + args.b))
             }
         },
@@ -416,7 +418,6 @@ async fn a_tool_receives_its_calls_idempotency_key() {
     let harness = AgentHarness::builder(Arc::new(ScriptedModel::new(model)))
         .ledger(ledger.clone())
         .tool(tool)
-        .unwrap()
         .build()
         .unwrap();
     harness
@@ -428,7 +429,7 @@ async fn a_tool_receives_its_calls_idempotency_key() {
         .unwrap();
     let key = seen.lock().unwrap().clone().expect("a key");
     let row = ledger
-        .get(&RunId::from("idem"), &tinyagents::CallId::new("p1"))
+        .get(&RunId::from("idem"), &tinyagents::core::CallId::new("p1"))
         .await
         .unwrap()
         .unwrap();
@@ -501,7 +502,7 @@ impl Tool for Caller {
         context: Option<&ToolRunContext>,
     ) -> anyhow::Result<ToolResult> {
         let harness = context
-            .and_then(tinytools::ToolRunContext::host_extension)
+            .and_then(tools::ToolRunContext::host_extension)
             .and_then(|any| any.downcast_ref::<ToolExecutionContext>())
             .expect("installed by the agent loop");
         let first = self.runs.fetch_add(1, Ordering::SeqCst) == 0;
@@ -534,7 +535,7 @@ impl Tool for Caller {
 fn nested_rows_fail() -> HookedLedger {
     HookedLedger::new(|write| match write {
         LedgerWrite::Started(row) if row.call_id.is_nested() => {
-            Verdict::Fail(tinyagents::LedgerError::Closed {
+            Verdict::Fail(tinyagents::ledger::LedgerError::Closed {
                 detail: "disk on fire".into(),
             })
         }
@@ -621,7 +622,7 @@ async fn nt_20_a_nested_call_dropped_mid_flight_leaves_its_row_started() {
     let run = run_caller(ledger.clone(), vec![slow, caller], "n3").await;
     assert_eq!(tool_results(&run.messages)[0].1, "stopped waiting");
     let row = ledger
-        .get(&RunId::from("n3"), &tinyagents::CallId::new("p1/1"))
+        .get(&RunId::from("n3"), &tinyagents::core::CallId::new("p1/1"))
         .await
         .unwrap()
         .unwrap();
@@ -652,7 +653,7 @@ async fn nt_43_a_never_replay_nested_call_over_an_unresolved_row_is_refused() {
     )
     .await;
     let row = ledger
-        .get(&RunId::from("n4"), &tinyagents::CallId::new("p1/1"))
+        .get(&RunId::from("n4"), &tinyagents::core::CallId::new("p1/1"))
         .await
         .unwrap()
         .unwrap();
@@ -772,7 +773,7 @@ async fn i11_2a_a_replayed_parent_making_a_different_nested_call_is_refused_not_
     assert_eq!(wire.calls.load(Ordering::SeqCst), 0);
     assert_eq!(lookup.calls.load(Ordering::SeqCst), 1);
     let row = ledger
-        .get(&RunId::from("n6"), &tinyagents::CallId::new("p1/1"))
+        .get(&RunId::from("n6"), &tinyagents::core::CallId::new("p1/1"))
         .await
         .unwrap()
         .unwrap();

@@ -9,7 +9,9 @@ use std::time::Duration;
 
 use serde_json::json;
 use tinyagents::prelude::*;
-use tinyagents::{InvalidArgsPolicy, LimitKind, ModelError, ModelToolCall, Usage};
+use tinyagents::{
+    core::LimitKind, core::ModelError, core::ModelToolCall, core::Usage, tools::InvalidArgsPolicy,
+};
 use tinyagents_tests::*;
 
 fn script(responses: Vec<ChatResponse>) -> Arc<ScriptedModel> {
@@ -29,7 +31,6 @@ async fn a_turn_with_two_tools_runs_and_pairs_every_call() {
     ]);
     let harness = AgentHarness::builder(model)
         .tool(add_tool())
-        .unwrap()
         .build()
         .unwrap();
     let (run, events) = run_collecting(&harness, RunRequest::new("go")).await;
@@ -76,7 +77,6 @@ async fn harness_ids_are_unique_even_when_the_provider_repeats_its_ids() {
     ]);
     let harness = AgentHarness::builder(model)
         .tool(add_tool())
-        .unwrap()
         .build()
         .unwrap();
     let run = harness.run("go").await.unwrap();
@@ -110,7 +110,6 @@ async fn tool_calls_exactly_at_the_cap_complete() {
     let harness = AgentHarness::builder(model)
         .limits(RunLimits::default().with_max_tool_calls(3))
         .tool(add_tool())
-        .unwrap()
         .build()
         .unwrap();
     let run = harness.run("go").await.unwrap();
@@ -124,7 +123,6 @@ async fn one_call_over_the_cap_is_refused_and_errors_by_default() {
     let harness = AgentHarness::builder(model)
         .limits(RunLimits::default().with_max_tool_calls(3))
         .tool(add_tool())
-        .unwrap()
         .build()
         .unwrap();
     let (run, events) = run_collecting(&harness, RunRequest::new("go")).await;
@@ -163,7 +161,6 @@ async fn one_call_over_the_cap_stops_with_a_partial_result_under_stop() {
                 .with_behavior(LimitBehavior::Stop),
         )
         .tool(add_tool())
-        .unwrap()
         .build()
         .unwrap();
     let run = harness.run("go").await.unwrap();
@@ -188,7 +185,6 @@ async fn model_calls_at_the_cap_complete_and_one_over_is_refused() {
     let harness = AgentHarness::builder(at)
         .limits(RunLimits::default().with_max_model_calls(2))
         .tool(add_tool())
-        .unwrap()
         .build()
         .unwrap();
     assert_eq!(
@@ -200,7 +196,6 @@ async fn model_calls_at_the_cap_complete_and_one_over_is_refused() {
     let harness = AgentHarness::builder(over.clone())
         .limits(RunLimits::default().with_max_model_calls(2))
         .tool(add_tool())
-        .unwrap()
         .build()
         .unwrap();
     assert_eq!(
@@ -224,7 +219,6 @@ async fn model_call_cap_under_stop_returns_the_valid_transcript() {
                 .with_behavior(LimitBehavior::Stop),
         )
         .tool(add_tool())
-        .unwrap()
         .build()
         .unwrap();
     let run = harness.run("go").await.unwrap();
@@ -250,7 +244,6 @@ async fn tokens_at_the_cap_complete_and_one_over_is_reported() {
     let harness = AgentHarness::builder(at)
         .limits(RunLimits::default().with_max_tokens(100))
         .tool(add_tool())
-        .unwrap()
         .build()
         .unwrap();
     let run = harness.run("go").await.unwrap();
@@ -269,7 +262,6 @@ async fn tokens_at_the_cap_complete_and_one_over_is_reported() {
                 .with_behavior(LimitBehavior::Stop),
         )
         .tool(add_tool())
-        .unwrap()
         .build()
         .unwrap();
     let run = harness.run("go").await.unwrap();
@@ -287,7 +279,6 @@ async fn parallel_calls_at_the_cap_run_and_one_over_is_refused() {
     let harness = AgentHarness::builder(at)
         .limits(RunLimits::default().with_max_parallel_calls(2))
         .tool(add_tool())
-        .unwrap()
         .build()
         .unwrap();
     assert_eq!(
@@ -299,7 +290,6 @@ async fn parallel_calls_at_the_cap_run_and_one_over_is_refused() {
     let harness = AgentHarness::builder(over)
         .limits(RunLimits::default().with_max_parallel_calls(2))
         .tool(add_tool())
-        .unwrap()
         .build()
         .unwrap();
     assert_eq!(
@@ -471,7 +461,7 @@ async fn cancelling_in_the_middle_of_a_tool_answers_it_and_ends_the_run() {
     let mut builder = AgentHarness::builder(model);
     builder.register(blocker).unwrap();
     let harness = builder.build().unwrap();
-    let token = tinyagents::CancellationToken::new();
+    let token = tinyagents::core::CancellationToken::new();
     let canceller = {
         let token = token.clone();
         async move {
@@ -515,7 +505,6 @@ async fn unknown_tools_and_bad_arguments_get_model_readable_errors() {
     ]);
     let harness = AgentHarness::builder(model)
         .tool(add_tool())
-        .unwrap()
         .build()
         .unwrap();
     let (run, events) = run_collecting(&harness, RunRequest::new("go")).await;
@@ -572,7 +561,6 @@ async fn normalisation_repairs_what_small_models_break() {
     let harness = AgentHarness::builder(model)
         .invalid_args(InvalidArgsPolicy::NormalizeThenReturn)
         .tool(add_tool())
-        .unwrap()
         .build()
         .unwrap();
     let run = harness.run("go").await.unwrap();
@@ -595,7 +583,6 @@ async fn the_fail_policy_ends_the_run_on_invalid_arguments() {
     let harness = AgentHarness::builder(model)
         .invalid_args(InvalidArgsPolicy::Fail)
         .tool(add_tool())
-        .unwrap()
         .build()
         .unwrap();
     match harness.run("go").await.unwrap_err() {
@@ -623,7 +610,7 @@ async fn a_panic_or_a_raised_error_becomes_that_calls_error_result() {
         ]),
         ChatResponse::text("done"),
     ]);
-    let mut builder = AgentHarness::builder(model);
+    let mut builder = AgentHarness::builder(model).include_detailed_errors(true);
     builder.register(panics).unwrap();
     builder.register(raises).unwrap();
     builder.register(reports).unwrap();
@@ -653,12 +640,12 @@ async fn a_panic_or_a_raised_error_becomes_that_calls_error_result() {
 #[tokio::test]
 async fn a_tool_whose_policy_says_so_ends_the_run_with_its_error() {
     let raises = ProbeTool::new("raises", false, Behaviour::Raise("ledger offline".into()))
-        .with_spec(|s| s.error_policy(tinyagents::ToolErrorPolicy::EndRun));
+        .with_spec(|s| s.error_policy(tinyagents::tools::ToolErrorPolicy::EndRun));
     let model = script(vec![
         turn(&[probe_call("raises", "")]),
         ChatResponse::text("unreachable"),
     ]);
-    let mut builder = AgentHarness::builder(model);
+    let mut builder = AgentHarness::builder(model).include_detailed_errors(true);
     builder.register(raises).unwrap();
     assert_eq!(
         builder.build().unwrap().run("go").await.unwrap_err(),
@@ -735,7 +722,6 @@ async fn a_slow_consumer_gets_every_event_in_order_through_a_buffer_of_one() {
     let model = script(vec![adds(3), ChatResponse::text("done")]);
     let harness = AgentHarness::builder(model)
         .tool(add_tool())
-        .unwrap()
         .build()
         .unwrap();
     let (sink, mut receiver) = event_channel(1);
@@ -795,7 +781,6 @@ async fn payloads_ride_on_events_only_under_capture() {
         let harness = AgentHarness::builder(model)
             .payload_capture(capture)
             .tool(add_tool())
-            .unwrap()
             .build()
             .unwrap();
         let (_, events) = run_collecting(&harness, RunRequest::new("go")).await;
@@ -849,7 +834,6 @@ async fn injected_arguments_are_hidden_from_the_model_and_overwrite_its_value() 
     let harness = AgentHarness::builder(model.clone())
         .inject("user_id", json!("alice"))
         .tool(whoami)
-        .unwrap()
         .build()
         .unwrap();
     let run = harness.run("who am I?").await.unwrap();
@@ -875,7 +859,6 @@ async fn the_allow_list_hides_tools_from_the_model_and_refuses_them() {
     let other = ProbeTool::new("other", false, Behaviour::Yield(0));
     let mut builder = AgentHarness::builder(model.clone())
         .tool(add_tool())
-        .unwrap()
         .allow_tools(["other"]);
     builder.register(other).unwrap();
     let run = builder.build().unwrap().run("go").await.unwrap();
@@ -897,13 +880,13 @@ async fn the_allow_list_hides_tools_from_the_model_and_refuses_them() {
 async fn a_grandchilds_events_arrive_wrapped_once_per_level() {
     let (sink, mut receiver) = event_channel(4);
     let child = sink.delegated(
-        tinyagents::CallId::new("p1"),
-        tinyagents::AgentId::from("researcher"),
+        tinyagents::core::CallId::new("p1"),
+        tinyagents::core::AgentId::from("researcher"),
         1,
     );
     let grandchild = child.delegated(
-        tinyagents::CallId::new("p3"),
-        tinyagents::AgentId::from("summarizer"),
+        tinyagents::core::CallId::new("p3"),
+        tinyagents::core::AgentId::from("summarizer"),
         2,
     );
     grandchild
@@ -944,13 +927,11 @@ async fn a_grandchilds_events_arrive_wrapped_once_per_level() {
 async fn a_continued_conversation_numbers_its_calls_after_the_earlier_ones() {
     let first = AgentHarness::builder(script(vec![adds(2), ChatResponse::text("first")]))
         .tool(add_tool())
-        .unwrap()
         .build()
         .unwrap();
     let earlier = first.run("go").await.unwrap().messages;
     let second = AgentHarness::builder(script(vec![adds(1), ChatResponse::text("second")]))
         .tool(add_tool())
-        .unwrap()
         .build()
         .unwrap();
     let run = second
@@ -978,7 +959,6 @@ async fn a_run_that_ends_in_an_error_ends_its_stream_with_run_failed() {
     let harness = AgentHarness::builder(model)
         .limits(RunLimits::default().with_max_tool_calls(3))
         .tool(add_tool())
-        .unwrap()
         .build()
         .unwrap();
     let (run, events) = run_collecting(&harness, RunRequest::new("go")).await;

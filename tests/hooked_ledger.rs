@@ -7,8 +7,9 @@ use std::sync::Arc;
 use tinyagents::async_trait;
 use tinyagents::ledger::{InDoubt, LedgerResult, Resolve, Timestamp};
 use tinyagents::{
-    CallId, Checkpoint, EffectLedger, LedgerError, LedgerRow, MemoryLedger, Outcome, PruneReport,
-    RunId, RunState, StartedRow,
+    core::CallId, core::RunId, ledger::Checkpoint, ledger::EffectLedger, ledger::LedgerError,
+    ledger::LedgerRow, ledger::MemoryLedger, ledger::Outcome, ledger::PruneReport,
+    ledger::RunState, ledger::StartedRow,
 };
 
 /// A write the ledger is asked for.

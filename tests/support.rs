@@ -7,8 +7,27 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use tinyagents::CallId;
+use tinyagents::core::CallId;
 use tinyagents::prelude::*;
+
+/// The guides' examples, compiled and run as doc tests against the facade
+/// alone (`cargo test --doc -p tinyagents-tests`).
+pub mod guides {
+    #[doc = include_str!("../docs/middleware.md")]
+    pub mod middleware {}
+    #[doc = include_str!("../docs/writing-tools.md")]
+    pub mod writing_tools {}
+    #[doc = include_str!("../docs/recovery.md")]
+    pub mod recovery {}
+    #[doc = include_str!("../docs/agent-as-tool.md")]
+    pub mod agent_as_tool {}
+    #[doc = include_str!("../docs/nested-tool-calls.md")]
+    pub mod nested_tool_calls {}
+    #[doc = include_str!("../docs/models.md")]
+    pub mod models {}
+    #[doc = include_str!("../docs/approval.md")]
+    pub mod approval {}
+}
 
 mod hooked_ledger;
 pub use hooked_ledger::{HookedLedger, LedgerWrite, Verdict};
@@ -327,15 +346,15 @@ pub fn turn(calls: &[(String, Value)]) -> ChatResponse {
 /// the resumed segment emits.
 pub async fn resume_collecting(
     harness: &AgentHarness,
-    suspended: tinyagents::SuspendedRun,
-    decisions: &[tinyagents::ApprovalDecision],
+    suspended: tinyagents::harness::SuspendedRun,
+    decisions: &[tinyagents::harness::ApprovalDecision],
 ) -> (Result<AgentRun, TinyAgentsError>, Vec<AgentEvent>) {
     let (sink, collected) = collector();
     let result = harness
         .resume(
             suspended,
             decisions,
-            tinyagents::ResumeOptions::default(),
+            tinyagents::harness::ResumeOptions::default(),
             &sink,
         )
         .await;

@@ -18,7 +18,7 @@ fn adds(n: usize) -> ChatResponse {
 }
 
 fn harness(prompt: Option<&str>, model: Arc<ScriptedModel>) -> AgentHarness {
-    let builder = AgentHarness::builder(model).tool(add_tool()).unwrap();
+    let builder = AgentHarness::builder(model).tool(add_tool());
     match prompt {
         Some(prompt) => builder.system_prompt(prompt),
         None => builder,

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use libfuzzer_sys::fuzz_target;
 use tinyagents::prelude::*;
-use tinyagents::{EffectLedger, MemoryLedger, ResumeOptions, RunId};
+use tinyagents::{ledger::EffectLedger, ledger::MemoryLedger, harness::ResumeOptions, core::RunId};
 use tinyagents_fuzz::{RUN, harness, runtime};
 
 fuzz_target!(|data: &[u8]| {

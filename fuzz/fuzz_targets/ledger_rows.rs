@@ -9,7 +9,7 @@
 use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
-use tinyagents::{CallId, EffectLedger, RunId, SqliteLedger, SqliteOptions};
+use tinyagents::{core::CallId, ledger::EffectLedger, core::RunId, ledger::SqliteLedger, ledger::SqliteOptions};
 use tinyagents_fuzz::{RUN, runtime};
 
 const CELLS: [(&str, &str); 28] = [

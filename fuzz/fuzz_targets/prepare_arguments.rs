@@ -8,10 +8,7 @@ use std::sync::{Arc, OnceLock};
 
 use libfuzzer_sys::fuzz_target;
 use serde_json::{Map, Value, json};
-use tinyagents::{
-    CallId, FnTool, InvalidArgsPolicy, MAX_ARGUMENT_DEPTH, ModelToolCall, ToolRegistry, ToolSpec,
-    prepare_arguments, text_nesting,
-};
+use tinyagents::{core::CallId, FnTool, tools::InvalidArgsPolicy, core::MAX_ARGUMENT_DEPTH, core::ModelToolCall, tools::ToolRegistry, ToolSpec, tools::prepare_arguments, core::text_nesting};
 
 /// Tools with the shapes of schema that models get wrong: nested objects,
 /// arrays of objects, enums, numbers with bounds, required fields,

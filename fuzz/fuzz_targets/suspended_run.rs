@@ -6,7 +6,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use tinyagents::prelude::*;
-use tinyagents::{ResumeOptions, SuspendedRun};
+use tinyagents::{harness::ResumeOptions, harness::SuspendedRun};
 use tinyagents_fuzz::{harness, runtime};
 
 fuzz_target!(|data: &[u8]| {

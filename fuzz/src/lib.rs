@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use serde_json::json;
 use tinyagents::prelude::*;
-use tinyagents::{EffectLedger, ToolReplay};
+use tinyagents::{core::ToolReplay, ledger::EffectLedger};
 
 /// The run every target drives.
 pub const RUN: &str = "fuzzed";
@@ -46,8 +46,7 @@ pub fn harness(ledger: Option<Arc<dyn EffectLedger>>) -> AgentHarness {
     .map_spec(ToolSpec::read_only);
     let mut builder = AgentHarness::builder(Arc::new(model))
         .tool(deploy)
-        .and_then(|b| b.tool(read))
-        .expect("the fuzz agent's tools register");
+        .tool(read);
     if let Some(ledger) = ledger {
         builder = builder.ledger(ledger);
     }
@@ -59,7 +58,10 @@ pub fn harness(ledger: Option<Arc<dyn EffectLedger>>) -> AgentHarness {
 /// entries and a finished run.
 pub async fn seed_ledger(path: &std::path::Path) {
     use tinyagents::ledger::{Found, Resolve};
-    use tinyagents::{CallId, Outcome, RunId, SqliteLedger, StartedRow, ToolResult};
+    use tinyagents::{
+        ToolResult, core::CallId, core::RunId, ledger::Outcome, ledger::SqliteLedger,
+        ledger::StartedRow,
+    };
     let ledger = SqliteLedger::open(path).await.expect("a new ledger opens");
     let run = RunId::new(RUN);
     ledger.begin_run(&run).await.expect("the run begins");

@@ -6,7 +6,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use tinyagents::prelude::*;
-use tinyagents::{EffectLedger, MemoryLedger, RunId};
+use tinyagents::{ledger::EffectLedger, ledger::MemoryLedger, core::RunId};
 use tinyagents_fuzz::{RUN, harness, runtime};
 
 fn write(dir: &Path, name: &str, bytes: &[u8]) {

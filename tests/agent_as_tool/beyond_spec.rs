@@ -269,11 +269,11 @@ async fn i18_an_agent_tool_answers_a_reconciliation_unknown() {
         .provider(root.agent().agent_tools().to_vec())
         .tools(false);
     assert_eq!(tools[0].spec().replay, ToolReplay::Never);
-    let context = tinyagents::ToolRunContext::new(
+    let context = tinyagents::tools::ToolRunContext::new(
         RunId::from("crashed"),
         CallId::new("p1"),
         CancellationToken::new(),
     );
     let answer = tools[0].reconcile(&context).await.unwrap();
-    assert_eq!(answer, tinyagents::Reconciled::Unknown);
+    assert_eq!(answer, tinyagents::tools::Reconciled::Unknown);
 }

@@ -14,7 +14,12 @@ fn cache_defs() -> [AgentDefinition; 2] {
 async fn at_28_exposed_agents_are_cached_and_the_requested_agent_only_when_allowed() {
     let models = by_agent(&[("root", echo("root")), ("helper", echo("helper"))]);
     let (orchestrator, _) = orchestrator();
-    let defs = cache_defs();
+    // Without host tools here: the helper names none (an unknown tool name
+    // is a build error).
+    let defs = [
+        AgentDefinition::new("root", "Root").agent_tools(["helper"]),
+        exposed("helper", "Helper"),
+    ];
     let first = build(&orchestrator, "root", &defs, &models).await;
     let helper = orchestrator.agents().get(&"helper".into()).unwrap();
     let second = build(&orchestrator, "root", &defs, &models).await;

@@ -7,7 +7,7 @@
 
 use std::sync::atomic::Ordering;
 
-use tinyagents::{CallStatus, ResumeOptions};
+use tinyagents::{harness::ResumeOptions, ledger::CallStatus};
 
 use super::*;
 
@@ -96,7 +96,7 @@ async fn i18_a_child_run_interrupted_by_a_crash_is_ended_by_its_parents_recovery
     // tool cannot tell, stays listed in doubt with the delegated call.
     assert_eq!(
         ledger.run_state(&RunId::new("top::p1")).await.unwrap(),
-        tinyagents::RunState::Finished
+        tinyagents::ledger::RunState::Finished
     );
     let in_doubt: Vec<(String, String)> = ledger
         .in_doubt()

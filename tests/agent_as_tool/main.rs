@@ -1,4 +1,4 @@
-//! Agents as tools (spec/agent-as-tool.md) through the facade: one named
+//! Agents as tools (docs/rules.md) through the facade: one named
 //! test (or more) per rule AT-01..AT-32, each on real harness runs with
 //! deterministic models, and a scenario (coordinator → researcher →
 //! summarizer) whose sessions live in SQLite and continue after a restart.
@@ -26,15 +26,21 @@ use std::time::Duration;
 use serde_json::{Map, Value, json};
 use tinyagents::prelude::*;
 use tinyagents::{
-    ActiveAgent, AgentBuildRequest, AgentCatalog, AgentDefinition, AgentEvent, AgentId,
-    AgentOrchestrator, AgentRole, AgentToolError, BuildError, CallId, CancellationToken,
-    CatalogError, ChatRequest, ChatRole, Compaction, ContextKind, ContextProvider,
-    ContextProviderFactory, EffectLedger, HostTools, InMemorySessionStore, MemoryLedger,
-    ModelError, ModelFactory, ModelOptions, ModelRegistry, OmitReason, RunContext, RunError, RunId,
-    SESSION_PROPERTY, SESSION_SCHEMA_VERSION, SessionError, SessionId, SessionRecord, SessionScope,
-    SessionStamp, SessionStore, SideEffects, SqliteSessionStore, State, ToolPolicy, ToolReplay,
-    Viewer, WorkspaceReadTool, child_run_id, child_session_id, normalize_function_name,
-    parent_of_child_run,
+    AgentEvent, core::AgentId, core::CallId, core::CancellationToken, core::ChatRequest,
+    core::ModelError, core::ModelOptions, core::RunContext, core::RunId, core::SessionId,
+    core::State, core::ToolReplay, ledger::EffectLedger, ledger::MemoryLedger,
+    orchestrator::ActiveAgent, orchestrator::AgentBuildRequest, orchestrator::AgentCatalog,
+    orchestrator::AgentDefinition, orchestrator::AgentOrchestrator, orchestrator::AgentRole,
+    orchestrator::AgentToolError, orchestrator::BuildError, orchestrator::CatalogError,
+    orchestrator::ChatRole, orchestrator::Compaction, orchestrator::ContextKind,
+    orchestrator::ContextProvider, orchestrator::ContextProviderFactory, orchestrator::HostTools,
+    orchestrator::InMemorySessionStore, orchestrator::ModelFactory, orchestrator::ModelRegistry,
+    orchestrator::OmitReason, orchestrator::RunError, orchestrator::SESSION_PROPERTY,
+    orchestrator::SESSION_SCHEMA_VERSION, orchestrator::SessionError, orchestrator::SessionRecord,
+    orchestrator::SessionScope, orchestrator::SessionStamp, orchestrator::SessionStore,
+    orchestrator::SqliteSessionStore, orchestrator::ToolPolicy, orchestrator::Viewer,
+    orchestrator::WorkspaceReadTool, orchestrator::child_run_id, orchestrator::child_session_id,
+    orchestrator::normalize_function_name, orchestrator::parent_of_child_run, tools::SideEffects,
 };
 use tinyagents_tests::{Behaviour, ProbeTool};
 use tokio::sync::Notify;
@@ -267,7 +273,7 @@ fn exposed(id: &str, name: &str) -> AgentDefinition {
         .exposed()
 }
 
-fn ids(agents: &[Arc<tinyagents::Agent>]) -> Vec<String> {
+fn ids(agents: &[Arc<tinyagents::orchestrator::BuiltAgent>]) -> Vec<String> {
     agents.iter().map(|a| a.id().to_string()).collect()
 }
 

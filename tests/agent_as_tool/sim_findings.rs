@@ -66,7 +66,7 @@ async fn i13_a_delegated_run_dropped_by_its_timed_out_caller_closes_its_stream_f
         )
         .await
         .unwrap();
-    let (sink, mut receiver) = tinyagents::event_channel(64);
+    let (sink, mut receiver) = tinyagents::harness::event_channel(64);
     let run = agent.run(RunRequest::new("go"), &sink).await.unwrap();
     drop(sink);
     let mut events = Vec::new();

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use serde_json::json;
 use tinyagents::prelude::*;
-use tinyagents::{RunContext, State};
+use tinyagents::{core::RunContext, core::State};
 use tinyagents_tests::{assert_one_terminal_per_start, assert_transcript_paired};
 
 use crate::{answer, assert_one_run_end, harness, plain, run, t};

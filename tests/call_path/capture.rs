@@ -11,8 +11,8 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 use tinyagents::prelude::*;
 use tinyagents::{
-    EffectLedger, HumanApprovalMiddleware, MemoryLedger, ModelToolCall, RedactionMiddleware,
-    Redactor, RunId,
+    core::ModelToolCall, core::RunId, ledger::EffectLedger, ledger::MemoryLedger,
+    middleware::HumanApprovalMiddleware, middleware::RedactionMiddleware, middleware::Redactor,
 };
 use tinyagents_tests::{assert_one_terminal_per_start, events_text};
 

@@ -14,8 +14,9 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 use tinyagents::prelude::*;
 use tinyagents::{
-    Next, OutputVerdict, RunContext, SecurityGate, State, ToolCallContext, ToolCallRequest,
-    ToolVerdict,
+    core::RunContext, core::State, middleware::Next, middleware::OutputVerdict,
+    middleware::SecurityGate, middleware::ToolCallContext, middleware::ToolCallRequest,
+    middleware::ToolVerdict,
 };
 use tinyagents_tests::assert_one_terminal_per_start;
 

@@ -17,13 +17,16 @@
 //!   (a secret inside malformed arguments persisted verbatim);
 //! - `quota`: item 7 (the nested refusal cap under a concurrent fan-out);
 //! - `origins_prop`: the property that every built-in policy decides a
-//!   call the same whatever its origin, but for the documented exceptions.
+//!   call the same whatever its origin, but for the documented exceptions;
+//! - `invalid_args`: an invalid-arguments error names its tool once, on
+//!   every origin (rule NT-07).
 #![allow(missing_docs, clippy::unwrap_used, clippy::expect_used)]
 
 mod approval;
 mod cancellation;
 mod capture;
 mod containment;
+mod invalid_args;
 mod origins_prop;
 mod quota;
 mod redaction;
@@ -34,9 +37,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use serde_json::{Value, json};
 use tinyagents::prelude::*;
 use tinyagents::{
-    AgentBuildRequest, AgentDefinition, AgentHarnessBuilder, AgentOrchestrator, BuildError,
-    EffectLedger, HostTools, InMemorySessionStore, ModelFactory, SessionStore,
-    ToolExecutionContext, ToolVerdict,
+    harness::AgentHarnessBuilder, harness::ToolExecutionContext, ledger::EffectLedger,
+    middleware::ToolVerdict, orchestrator::AgentBuildRequest, orchestrator::AgentDefinition,
+    orchestrator::AgentOrchestrator, orchestrator::BuildError, orchestrator::HostTools,
+    orchestrator::InMemorySessionStore, orchestrator::ModelFactory, orchestrator::SessionStore,
 };
 
 // ===========================================================================
@@ -355,7 +359,7 @@ pub(crate) async fn coordinator(
     helper_tools: Vec<Arc<dyn Tool>>,
     middleware: Vec<Arc<dyn Middleware>>,
     ledger: Option<Arc<dyn EffectLedger>>,
-) -> tinyagents::ActiveAgent {
+) -> tinyagents::orchestrator::ActiveAgent {
     let mut names: Vec<String> = helper_tools.iter().map(|t| t.spec().name.clone()).collect();
     names.push("hop".to_owned());
     let defs = [
@@ -405,9 +409,12 @@ pub(crate) async fn coordinator(
 /// Runs the coordinator on `request` in the test's own task, collecting
 /// its events.
 pub(crate) async fn run_coordinator(
-    root: &tinyagents::ActiveAgent,
+    root: &tinyagents::orchestrator::ActiveAgent,
     request: RunRequest,
-) -> (Result<AgentRun, tinyagents::RunError>, Vec<AgentEvent>) {
+) -> (
+    Result<AgentRun, tinyagents::orchestrator::RunError>,
+    Vec<AgentEvent>,
+) {
     let (sink, collected) = tinyagents_tests::collector();
     let result = root.run(request, &sink).await;
     drop(sink);

@@ -38,9 +38,11 @@ use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use serde_json::{Value, json};
 use tinyagents::prelude::*;
 use tinyagents::{
-    ApprovalFn, CallId, HumanApprovalMiddleware, PlanModeMiddleware, RunContext, RunId,
-    SecurityGate, SideEffects, State, ToolAllowlistMiddleware, ToolCallRequest,
-    ToolExecutionContext, ToolPolicyMiddleware, ToolRegistry, ToolVerdict,
+    core::CallId, core::RunContext, core::RunId, core::State, harness::ToolExecutionContext,
+    middleware::ApprovalFn, middleware::HumanApprovalMiddleware, middleware::PlanModeMiddleware,
+    middleware::SecurityGate, middleware::ToolAllowlistMiddleware, middleware::ToolCallRequest,
+    middleware::ToolPolicyMiddleware, middleware::ToolVerdict, tools::SideEffects,
+    tools::ToolRegistry,
 };
 
 use crate::{Decision, GateAnswer, decision_of, gate_decision};
@@ -732,7 +734,7 @@ fn observed(
             .iter()
             .flat_map(|s| &s.turn)
             .find_map(|entry| match entry {
-                tinyagents::TurnEntry::Settled {
+                tinyagents::harness::TurnEntry::Settled {
                     message:
                         Message::Tool {
                             call_id, content, ..
@@ -787,7 +789,7 @@ async fn check_tree_case(case: TreeCase) -> Result<(), TestCaseError> {
         ChatResponse::tool_calls(
             case.calls
                 .iter()
-                .map(|c| tinyagents::ModelToolCall::new(None, name_of(c.tool), c.args()))
+                .map(|c| tinyagents::core::ModelToolCall::new(None, name_of(c.tool), c.args()))
                 .collect(),
         ),
         ChatResponse::text("done"),

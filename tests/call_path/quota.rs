@@ -9,7 +9,10 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use tinyagents::prelude::*;
-use tinyagents::{SecurityGate, ToolCallRequest, ToolExecutionContext, ToolVerdict};
+use tinyagents::{
+    harness::ToolExecutionContext, middleware::SecurityGate, middleware::ToolCallRequest,
+    middleware::ToolVerdict,
+};
 use tinyagents_tests::assert_one_terminal_per_start;
 
 use crate::{Origin, gate_allow, gate_deny, harness, one_turn, plain, run, t};

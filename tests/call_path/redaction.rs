@@ -8,8 +8,9 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 use tinyagents::prelude::*;
 use tinyagents::{
-    CallId, CallStatus, EffectLedger, LedgerRow, MemoryLedger, RedactionMiddleware, Redactor,
-    RunId, child_run_id,
+    core::CallId, core::RunId, ledger::CallStatus, ledger::EffectLedger, ledger::LedgerRow,
+    ledger::MemoryLedger, middleware::RedactionMiddleware, middleware::Redactor,
+    orchestrator::child_run_id,
 };
 use tinyagents_tests::{assert_one_terminal_per_start, events_text};
 
@@ -105,7 +106,9 @@ async fn raised_error_and_metadata_are_scrubbed(origin: Origin) {
             origin.call("leak_meta", json!({})),
         ]),
         vec![t(&raise), t(&meta)],
-        |b| b.middleware(redaction()),
+        // The raised error's own text (which the redaction scrubs) rides on
+        // the event only when detailed errors are on.
+        |b| b.middleware(redaction()).include_detailed_errors(true),
     );
     let (result, events) = run(&harness).await;
     let run = result.unwrap();

@@ -5,7 +5,10 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use tinyagents::ledger::{Effect, ResolvedBy};
-use tinyagents::{CallStatus, EffectLedger, LedgerRow, RunId, RunState, SqliteLedger};
+use tinyagents::{
+    core::RunId, ledger::CallStatus, ledger::EffectLedger, ledger::LedgerRow, ledger::RunState,
+    ledger::SqliteLedger,
+};
 
 use crate::workload::{RUN, effects};
 

@@ -35,7 +35,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tinyagents::prelude::*;
-use tinyagents::{EffectLedger, ResumeOptions, RunId, RunState, SqliteLedger};
+use tinyagents::{
+    core::RunId, harness::ResumeOptions, ledger::EffectLedger, ledger::RunState,
+    ledger::SqliteLedger,
+};
 
 use check::{Tally, check_trial};
 use workload::{RUN, harness};

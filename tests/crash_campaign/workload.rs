@@ -13,7 +13,10 @@ use std::time::Duration;
 
 use serde_json::json;
 use tinyagents::prelude::*;
-use tinyagents::{ChatRequest, ModelError, Reconciled, ToolExecutionContext, ToolReplay};
+use tinyagents::{
+    core::ChatRequest, core::ModelError, core::ToolReplay, harness::ToolExecutionContext,
+    tools::Reconciled,
+};
 
 /// The run every trial drives.
 pub(crate) const RUN: &str = "campaign";
@@ -93,9 +96,9 @@ struct BatchArgs {
     deep: bool,
 }
 
-fn key(context: Option<&ToolRunContext>) -> anyhow::Result<String> {
+fn key(context: &ToolRunContext) -> anyhow::Result<String> {
     context
-        .and_then(ToolRunContext::idempotency_key)
+        .idempotency_key()
         .map(ToString::to_string)
         .ok_or_else(|| anyhow::anyhow!("no idempotency key"))
 }
@@ -105,10 +108,10 @@ fn pay_tool(dir: &Path, reconcile: bool) -> Arc<dyn Tool> {
     let pay = FnTool::with_context(
         "pay",
         "Pays.",
-        move |args: PayArgs, context: Option<ToolRunContext>| {
+        move |args: PayArgs, context: ToolRunContext| {
             let file = file.clone();
             async move {
-                let key = key(context.as_ref())?;
+                let key = key(&context)?;
                 tokio::time::sleep(Duration::from_micros(500)).await;
                 let mut out = std::fs::OpenOptions::new()
                     .create(true)
@@ -129,7 +132,7 @@ fn pay_tool(dir: &Path, reconcile: bool) -> Arc<dyn Tool> {
     Arc::new(pay.with_reconcile(move |context| {
         let dir = dir.clone();
         async move {
-            let key = key(Some(&context))?;
+            let key = key(&context)?;
             Ok(if effects(&dir).contains_key(&key) {
                 Reconciled::Done(ToolResult::text("paid (found by its key)"))
             } else {
@@ -157,8 +160,7 @@ fn batch_tool(reconcile: bool) -> Arc<dyn Tool> {
     let batch = FnTool::with_context(
         "batch",
         "Pays several.",
-        |args: BatchArgs, context: Option<ToolRunContext>| async move {
-            let context = context.ok_or_else(|| anyhow::anyhow!("no context"))?;
+        |args: BatchArgs, context: ToolRunContext| async move {
             let harness = context
                 .host_extension()
                 .and_then(|any| any.downcast_ref::<ToolExecutionContext>())
@@ -190,7 +192,7 @@ fn batch_tool(reconcile: bool) -> Arc<dyn Tool> {
 /// The campaign's harness over `ledger`.
 pub(crate) fn harness(
     dir: &Path,
-    ledger: Arc<dyn tinyagents::EffectLedger>,
+    ledger: Arc<dyn tinyagents::ledger::EffectLedger>,
     reconcile: bool,
 ) -> AgentHarness {
     let limits = RunLimits::default()

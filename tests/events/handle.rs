@@ -4,7 +4,7 @@
 
 use futures_util::StreamExt;
 use tinyagents::prelude::*;
-use tinyagents::{DEFAULT_EVENT_BUFFER, RunHandle};
+use tinyagents::{RunHandle, harness::DEFAULT_EVENT_BUFFER};
 
 use super::*;
 

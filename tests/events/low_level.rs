@@ -4,7 +4,7 @@
 //! loses nothing.
 
 use tinyagents::prelude::*;
-use tinyagents::{CancellationToken, LimitKind, RunLimits};
+use tinyagents::{RunLimits, core::CancellationToken, core::LimitKind};
 
 use super::*;
 

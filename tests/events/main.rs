@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::json;
-use tinyagents::AgentHarnessBuilder;
+use tinyagents::harness::AgentHarnessBuilder;
 use tinyagents::prelude::*;
 use tinyagents_tests::{add_tool, assert_one_terminal_per_start, assert_transcript_paired};
 
@@ -42,9 +42,8 @@ fn busy_script() -> Vec<ChatResponse> {
 fn busy_harness(
     configure: impl FnOnce(AgentHarnessBuilder) -> AgentHarnessBuilder,
 ) -> AgentHarness {
-    let builder = AgentHarness::builder(Arc::new(ScriptedModel::new(busy_script())))
-        .tool(add_tool())
-        .unwrap();
+    let builder =
+        AgentHarness::builder(Arc::new(ScriptedModel::new(busy_script()))).tool(add_tool());
     configure(builder).build().unwrap()
 }
 

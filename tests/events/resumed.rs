@@ -5,8 +5,9 @@ use std::sync::atomic::Ordering;
 
 use tinyagents::prelude::*;
 use tinyagents::{
-    CancellationToken, HumanApprovalMiddleware, LimitKind, MemoryLedger, ResumeOptions, RunId,
-    SuspendedRun, ToolReplay,
+    core::CancellationToken, core::LimitKind, core::RunId, core::ToolReplay,
+    harness::ResumeOptions, harness::SuspendedRun, ledger::MemoryLedger,
+    middleware::HumanApprovalMiddleware,
 };
 use tinyagents_tests::{Behaviour, ProbeTool, probe_call, turn};
 
@@ -22,7 +23,6 @@ async fn suspended(
     script.extend(busy_script());
     let mut builder = AgentHarness::builder(Arc::new(ScriptedModel::new(script)))
         .tool(add_tool())
-        .unwrap()
         .middleware(Arc::new(HumanApprovalMiddleware::new().require("deploy")));
     builder
         .register(ProbeTool::new("deploy", false, Behaviour::Yield(1)))
@@ -34,7 +34,7 @@ async fn suspended(
     (harness, suspended)
 }
 
-fn approve_all(suspended: &SuspendedRun) -> Vec<tinyagents::ApprovalDecision> {
+fn approve_all(suspended: &SuspendedRun) -> Vec<tinyagents::harness::ApprovalDecision> {
     suspended.pending().map(|p| p.approve()).collect()
 }
 
@@ -117,8 +117,7 @@ async fn crashed(
     let build = |script: Vec<ChatResponse>| {
         let mut builder = AgentHarness::builder(Arc::new(ScriptedModel::new(script)))
             .ledger(ledger.clone())
-            .tool(add_tool())
-            .unwrap();
+            .tool(add_tool());
         builder.register(fetch.clone()).unwrap();
         builder
     };

@@ -10,7 +10,10 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use tinyagents::prelude::*;
-use tinyagents::{EffectLedger, Reconciled, RunId, ToolExecutionContext, ToolReplay, tinytools};
+use tinyagents::{
+    core::RunId, core::ToolReplay, harness::ToolExecutionContext, ledger::EffectLedger, tools,
+    tools::Reconciled,
+};
 
 /// Payments by idempotency key.
 #[derive(Default)]
@@ -220,7 +223,7 @@ impl Tool for Batch {
     ) -> anyhow::Result<ToolResult> {
         self.calls.fetch_add(1, Ordering::SeqCst);
         let harness = context
-            .and_then(tinytools::ToolRunContext::host_extension)
+            .and_then(tools::ToolRunContext::host_extension)
             .and_then(|any| any.downcast_ref::<ToolExecutionContext>())
             .expect("installed by the agent loop");
         let mut said = Vec::new();
@@ -264,10 +267,10 @@ pub(crate) fn harness_redacting(
         .ledger(ledger)
         .limits(RunLimits::default().with_max_nested_depth(2));
     if let Some(secret) = secret {
-        let redactor = tinyagents::Redactor::new().with_secret(secret);
-        builder = builder.middleware(Arc::new(tinyagents::RedactionMiddleware::with_redactor(
-            redactor,
-        )));
+        let redactor = tinyagents::middleware::Redactor::new().with_secret(secret);
+        builder = builder.middleware(Arc::new(
+            tinyagents::middleware::RedactionMiddleware::with_redactor(redactor),
+        ));
     }
     for tool in tools {
         builder.register(tool).unwrap();

@@ -16,7 +16,9 @@ use std::sync::Arc;
 
 use serde_json::json;
 use tinyagents::prelude::*;
-use tinyagents::{CallId, EffectLedger, LedgerRow, ResumeOptions, RunId};
+use tinyagents::{
+    core::CallId, core::RunId, harness::ResumeOptions, ledger::EffectLedger, ledger::LedgerRow,
+};
 use tinyagents_tests::collector;
 
 /// A model turn paying `to`.

@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 
 use tinyagents::ledger::{Effect, ResolvedBy};
 use tinyagents::prelude::*;
-use tinyagents::{CallStatus, EffectLedger, MemoryLedger};
+use tinyagents::{ledger::CallStatus, ledger::EffectLedger, ledger::MemoryLedger};
 use tinyagents_tests::{assert_transcript_paired, call_answer};
 
 use super::bank::{Answer, Bank, Pay, Stall, crash_when, harness, harness_redacting};

@@ -9,8 +9,8 @@ use std::sync::atomic::Ordering;
 use tinyagents::ledger::{Effect, Timestamp};
 use tinyagents::prelude::*;
 use tinyagents::{
-    CallId, CallStatus, EffectLedger, Found, MemoryLedger, Reconciled, Resolve, RunId, RunState,
-    ToolReplay,
+    core::CallId, core::RunId, core::ToolReplay, ledger::CallStatus, ledger::EffectLedger,
+    ledger::Found, ledger::MemoryLedger, ledger::Resolve, ledger::RunState, tools::Reconciled,
 };
 use tinyagents_tests::{Behaviour, ProbeTool, call_answer};
 

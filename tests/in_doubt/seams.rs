@@ -9,8 +9,9 @@ use std::sync::atomic::Ordering;
 use tinyagents::ledger::Effect;
 use tinyagents::prelude::*;
 use tinyagents::{
-    CallStatus, EffectLedger, HumanApprovalMiddleware, LedgerError, MemoryLedger,
-    RedactionMiddleware, Redactor, ResumeOptions, RunId, SuspendedRun, ToolReplay,
+    core::RunId, core::ToolReplay, harness::ResumeOptions, harness::SuspendedRun,
+    ledger::CallStatus, ledger::EffectLedger, ledger::LedgerError, ledger::MemoryLedger,
+    middleware::HumanApprovalMiddleware, middleware::RedactionMiddleware, middleware::Redactor,
 };
 use tinyagents_tests::{HookedLedger, LedgerWrite, Verdict, call_answer, collector, events_text};
 

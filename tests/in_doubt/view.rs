@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 
 use tinyagents::ledger::{Effect, ResolvedBy};
 use tinyagents::prelude::*;
-use tinyagents::{EffectLedger, MemoryLedger, RunId};
+use tinyagents::{core::RunId, ledger::EffectLedger, ledger::MemoryLedger};
 
 use super::bank::{Answer, Bank, Pay, Stall, crash_when, harness};
 use super::{in_doubt, listed, pay_turn, recover, row};
@@ -42,7 +42,7 @@ async fn i18_2_a_finished_run_is_reconciled_later_and_not_recovered_again() {
     let refused = third
         .recover(
             &run_id,
-            tinyagents::ResumeOptions::default(),
+            tinyagents::harness::ResumeOptions::default(),
             &EventSink::none(),
         )
         .await

@@ -198,8 +198,8 @@ async fn tool_policy_defers_calls_needing_approval_and_runs_them_once_approved()
     assert_eq!(
         reasons,
         [
-            "tool 'pay' requires approval for its side effects: payment",
-            "tool 'write' requires approval"
+            "tool 'pay' requires approval for its side effects: payment (asked by policy 'tool_policy')",
+            "tool 'write' requires approval (asked by policy 'tool_policy')"
         ]
     );
     assert_eq!(
@@ -268,7 +268,7 @@ async fn human_approval_defers_flagged_calls_and_lets_unflagged_ones_run() {
     assert_eq!(pending_names(&suspended), ["deploy"]);
     assert_eq!(
         suspended.pending().next().unwrap().reason,
-        "tool 'deploy' requires a person's approval"
+        "tool 'deploy' requires a person's approval (asked by policy 'human_approval')"
     );
     assert_eq!((calls_of(&read), calls_of(&deploy)), (1, 0));
 

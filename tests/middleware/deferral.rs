@@ -53,7 +53,7 @@ async fn a_deferred_call_suspends_the_run_after_the_rest_of_its_turn_settles() {
         "the model is not asked again while a call waits"
     );
     let suspended = run.suspended.as_ref().unwrap();
-    assert_eq!(suspended.format, tinyagents::SUSPENDED_RUN_FORMAT);
+    assert_eq!(suspended.format, tinyagents::harness::SUSPENDED_RUN_FORMAT);
     let shape: Vec<String> = suspended
         .turn
         .iter()
@@ -73,7 +73,7 @@ async fn a_deferred_call_suspends_the_run_after_the_rest_of_its_turn_settles() {
         shape,
         [
             "p1 settled: ok a",
-            "p2 pending: tool 'deploy' requires a person's approval",
+            "p2 pending: tool 'deploy' requires a person's approval (asked by policy 'human_approval')",
             "p3 settled: denied by tool_allowlist: tool 'write' is not allowed here; allowed tools: deploy, read",
             "p4 settled: ok b",
         ]
@@ -305,7 +305,7 @@ async fn a_suspended_state_of_another_format_is_refused() {
     let harness = mixed_harness(&model, &read, &deploy, &write);
     let run = harness.run("go").await.unwrap();
     let mut stored: Value = serde_json::to_value(run.suspended.as_ref().unwrap()).unwrap();
-    stored["format"] = json!(tinyagents::SUSPENDED_RUN_FORMAT + 1);
+    stored["format"] = json!(tinyagents::harness::SUSPENDED_RUN_FORMAT + 1);
     let suspended: SuspendedRun = serde_json::from_value(stored).unwrap();
     let decisions = approve_all(&suspended);
     let error = harness
@@ -322,8 +322,8 @@ async fn a_suspended_state_of_another_format_is_refused() {
         TinyAgentsError::State(format!(
             "suspended run {} has format {}, this version reads format {}",
             run.run_id,
-            tinyagents::SUSPENDED_RUN_FORMAT + 1,
-            tinyagents::SUSPENDED_RUN_FORMAT
+            tinyagents::harness::SUSPENDED_RUN_FORMAT + 1,
+            tinyagents::harness::SUSPENDED_RUN_FORMAT
         ))
     );
     assert_eq!(calls_of(&deploy), 0);

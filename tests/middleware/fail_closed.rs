@@ -168,7 +168,7 @@ async fn a_gate_that_asks_defers_the_call_until_approved() {
     let suspended = through_json(&run);
     assert_eq!(
         suspended.pending().next().unwrap().reason,
-        "ask the on-call engineer"
+        "ask the on-call engineer (asked by the security gate)"
     );
     assert_eq!(calls_of(&probe), 0);
     let decisions = approve_all(&suspended);

@@ -21,11 +21,15 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use tinyagents::prelude::*;
 use tinyagents::{
-    AgentHarnessBuilder, ApprovalDecision, ApprovalFn, ApprovalOutcome, ApprovalOutcomeFn,
-    HumanApprovalMiddleware, LimitKind, ModelToolCall, Next, OutputVerdict, PlanModeMiddleware,
-    RedactionMiddleware, Redactor, RepeatProgressMiddleware, RetryWrap, RunContext, SecretMatcher,
-    SideEffects, State, SuspendedRun, TimeoutWrap, ToolAllowlistMiddleware, ToolCallContext,
-    ToolCallRequest, ToolPolicyMiddleware, ToolReplay, ToolVerdict, TurnEntry,
+    core::LimitKind, core::ModelToolCall, core::RunContext, core::State, core::ToolReplay,
+    harness::AgentHarnessBuilder, harness::ApprovalDecision, harness::SuspendedRun,
+    harness::TurnEntry, middleware::ApprovalFn, middleware::ApprovalOutcome,
+    middleware::ApprovalOutcomeFn, middleware::HumanApprovalMiddleware, middleware::Next,
+    middleware::OutputVerdict, middleware::PlanModeMiddleware, middleware::RedactionMiddleware,
+    middleware::Redactor, middleware::RepeatProgressMiddleware, middleware::RetryWrap,
+    middleware::SecretMatcher, middleware::TimeoutWrap, middleware::ToolAllowlistMiddleware,
+    middleware::ToolCallContext, middleware::ToolCallRequest, middleware::ToolPolicyMiddleware,
+    middleware::ToolVerdict, tools::SideEffects,
 };
 use tinyagents_tests::parking_lot_free::Log;
 use tinyagents_tests::*;

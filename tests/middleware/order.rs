@@ -159,7 +159,10 @@ async fn verdicts_combine_deny_over_defer_over_allow_in_any_registration_order()
         });
         let run = harness.run("go").await.unwrap();
         assert_eq!(run.status, RunStatus::AwaitingApproval, "order {order:?}");
-        assert_eq!(run.pending()[0].reason, "hold it");
+        assert_eq!(
+            run.pending()[0].reason,
+            "hold it (asked by policy 'deferrer')"
+        );
         assert_eq!(calls_of(&probe), 0);
     }
 }
@@ -203,7 +206,7 @@ async fn the_gate_sees_each_call_with_its_id_spec_arguments_and_agent() {
     ]);
     let harness = build(&model, &[read], |b| {
         b.security_gate(gate.clone())
-            .agent_id(tinyagents::AgentId::new("ops"))
+            .agent_id(tinyagents::core::AgentId::new("ops"))
     });
     harness.run("go").await.unwrap();
     assert_eq!(

@@ -30,7 +30,6 @@ fn secret_harness(model: &Arc<ScriptedModel>, received: &Arc<Log>) -> AgentHarne
         .payload_capture(PayloadCapture::all())
         .middleware(Arc::new(RedactionMiddleware::new()))
         .tool(leaky_tool(received))
-        .unwrap()
         .build()
         .unwrap()
 }

@@ -105,6 +105,7 @@ async fn retry_wrap_does_not_retry_a_tool_that_must_not_replay() {
     let model = script(vec![call("pay", "a"), done()]);
     let harness = build(&model, &[tool.clone()], |b| {
         b.tool_middleware(Arc::new(RetryWrap::new(3)))
+            .include_detailed_errors(true)
     });
     let run = harness.run("go").await.unwrap();
     assert_eq!(

@@ -259,7 +259,10 @@ async fn nt_17_refused_calls_release_their_slot_and_calls_that_ran_keep_it() {
             t(&raises()),
             t(&reports()),
         ],
-        |b| b.limits(nesting(3).with_max_tool_calls(5)),
+        |b| {
+            b.limits(nesting(3).with_max_tool_calls(5))
+                .include_detailed_errors(true)
+        },
     );
     let (run, _) = run_checked(&harness).await;
     assert!(

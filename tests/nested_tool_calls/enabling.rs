@@ -153,7 +153,7 @@ impl Tool for SampleTool {
     #[rustfmt::skip]
     async fn execute_with_context(&self, args: Value, _opts: ToolCallOptions, context: Option<&ToolRunContext>) -> anyhow::Result<ToolResult> {
         let harness = context
-            .and_then(tinytools::ToolRunContext::host_extension)
+            .and_then(tools::ToolRunContext::host_extension)
             .and_then(|any| any.downcast_ref::<ToolExecutionContext>())
             .expect("installed by the agent loop");
         let found = harness.call_tool("search", json!({"q": "tinyagents"})).await?;

@@ -1,7 +1,7 @@
 //! NT-33..NT-38: what does not apply to nested calls.
 
 use super::*;
-use tinyagents::REDACTED;
+use tinyagents::middleware::REDACTED;
 
 /// A middleware that, in `before_tool` of the first model call, grants
 /// approvals by id: one for the nested id `p1/1` and one for the model id

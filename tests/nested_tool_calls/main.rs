@@ -1,4 +1,4 @@
-//! Nested tool calls (spec/nested-tool-calls.md) through the facade: named
+//! Nested tool calls (docs/rules.md) through the facade: named
 //! tests per rule NT-01..NT-42 (NT-20, NT-43 and NT-44, which concern the
 //! effect ledger, are not here), each on real harness runs with a scripted
 //! model, and a proptest over random trees of nested calls.
@@ -27,14 +27,18 @@ use std::time::Duration;
 
 use hooks::*;
 use serde_json::{Value, json};
-use tinyagents::InvalidArgsPolicy;
 use tinyagents::prelude::*;
+use tinyagents::tools::InvalidArgsPolicy;
 use tinyagents::{
-    AgentHarnessBuilder, ApprovalFn, ApprovalOutcome, ApprovalOutcomeFn, CallId, CancellationToken,
-    HumanApprovalMiddleware, LimitKind, LimitTracker, Next, OutputVerdict, PlanModeMiddleware,
-    RedactionMiddleware, Redactor, RepeatProgressMiddleware, RunContext, RunId, SideEffects, State,
-    ToolAllowlistMiddleware, ToolCallContext, ToolCallRequest, ToolExecutionContext,
-    ToolPolicyMiddleware, ToolRegistry, ToolVerdict, args_hash, tinytools,
+    core::CallId, core::CancellationToken, core::LimitKind, core::LimitTracker, core::RunContext,
+    core::RunId, core::State, core::args_hash, harness::AgentHarnessBuilder,
+    harness::ToolExecutionContext, middleware::ApprovalFn, middleware::ApprovalOutcome,
+    middleware::ApprovalOutcomeFn, middleware::HumanApprovalMiddleware, middleware::Next,
+    middleware::OutputVerdict, middleware::PlanModeMiddleware, middleware::RedactionMiddleware,
+    middleware::Redactor, middleware::RepeatProgressMiddleware,
+    middleware::ToolAllowlistMiddleware, middleware::ToolCallContext, middleware::ToolCallRequest,
+    middleware::ToolPolicyMiddleware, middleware::ToolVerdict, tools, tools::SideEffects,
+    tools::ToolRegistry,
 };
 use tinyagents_tests::parking_lot_free::Log;
 use tinyagents_tests::*;

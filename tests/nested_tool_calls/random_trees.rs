@@ -107,7 +107,7 @@ fn case() -> impl Strategy<Value = Case> {
 }
 
 struct RunOutcome {
-    budget: tinyagents::BudgetCounts,
+    budget: tinyagents::core::BudgetCounts,
     events: Vec<AgentEvent>,
     /// How many calls each node call made, by the node call's id.
     node_calls: HashMap<String, usize>,

@@ -155,6 +155,7 @@ async fn nt_30_args_and_errors_appear_only_under_tool_io_and_are_cut() {
                     model_io: false,
                     tool_io: capture,
                 })
+                .include_detailed_errors(true)
             },
         );
         let (run, _) = run_checked(&harness).await;

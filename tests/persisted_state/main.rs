@@ -7,7 +7,7 @@
 //!   suspended state, checkpoint or session unreadable (tests at the edge:
 //!   the max, the max + 1, and 127, 128 and 129 levels of argument text);
 //! - `wrapping`: how deep each persisted form wraps a call's arguments,
-//!   measured, against [`MAX_ARGUMENT_DEPTH`](tinyagents::MAX_ARGUMENT_DEPTH);
+//!   measured, against [`MAX_ARGUMENT_DEPTH`](tinyagents::core::MAX_ARGUMENT_DEPTH);
 //! - `provider`: the same edge through the OpenAI-compatible client
 //!   against a loopback server.
 #![allow(missing_docs, clippy::unwrap_used, clippy::expect_used)]
@@ -21,7 +21,10 @@ use std::sync::{Arc, Mutex};
 
 use serde_json::{Value, json};
 use tinyagents::prelude::*;
-use tinyagents::{AgentHarnessBuilder, FnTool, ModelToolCall, SuspendedRun, Tool, ToolSpec};
+use tinyagents::{
+    FnTool, Tool, ToolSpec, core::ModelToolCall, harness::AgentHarnessBuilder,
+    harness::SuspendedRun,
+};
 
 pub(crate) use tinyagents_tests::{call_answer as answer, call_failure as failed_error};
 
@@ -117,7 +120,7 @@ pub(crate) fn call_from_text(provider_id: &str, tool: &str, text: &str) -> Model
 pub(crate) fn too_deep(tool: &str, depth: usize) -> String {
     format!(
         "arguments for tool '{tool}' nest {depth} levels; at most {} are accepted",
-        tinyagents::MAX_ARGUMENT_DEPTH
+        tinyagents::core::MAX_ARGUMENT_DEPTH
     )
 }
 

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use tinyagents::prelude::*;
-use tinyagents::{MAX_ARGUMENT_DEPTH, OpenAiConfig, OpenAiModel};
+use tinyagents::{core::MAX_ARGUMENT_DEPTH, models::OpenAiConfig, models::OpenAiModel};
 use tinyagents_tests::assert_transcript_paired;
 
 use crate::{Recorder, answer, nested_text, too_deep};

@@ -3,7 +3,10 @@
 
 use proptest::prelude::*;
 use tinyagents::prelude::*;
-use tinyagents::{SEAL_KEY_MIN_BYTES, SEALED_RUN_FORMAT, SealedRun, SuspendedRun};
+use tinyagents::{
+    harness::SEAL_KEY_MIN_BYTES, harness::SEALED_RUN_FORMAT, harness::SealedRun,
+    harness::SuspendedRun,
+};
 use tinyagents_tests::resume_collecting;
 
 use crate::{answer, suspended_deploy};

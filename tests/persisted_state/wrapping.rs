@@ -6,8 +6,8 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 use tinyagents::{
-    CallId, MAX_ARGUMENT_DEPTH, Message, SealedRun, SessionId, SessionRecord, SuspendedRun,
-    ToolCall, TurnEntry,
+    core::CallId, core::MAX_ARGUMENT_DEPTH, core::Message, core::SessionId, core::ToolCall,
+    harness::SealedRun, harness::SuspendedRun, harness::TurnEntry, orchestrator::SessionRecord,
 };
 
 use crate::{nested_value, suspended_deploy};

@@ -10,7 +10,8 @@ use std::sync::Arc;
 
 use tinyagents::prelude::*;
 use tinyagents::{
-    AnthropicConfig, AnthropicModel, ModelError, ModelSpec, OpenAiConfig, OpenAiModel,
+    core::ModelError, models::AnthropicConfig, models::AnthropicModel, models::ModelSpec,
+    models::OpenAiConfig, models::OpenAiModel,
 };
 use tinyagents_tests::collector;
 

@@ -12,8 +12,10 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use tinyagents::prelude::*;
 use tinyagents::{
-    AnthropicConfig, AnthropicModel, CallId, ChatRequest, HttpOptions, ModelDelta, ModelError,
-    ModelOptions, ModelSpec, OpenAiConfig, OpenAiModel, RetryPolicy, ToolCall, ToolDefinition,
+    core::CallId, core::ChatRequest, core::ModelDelta, core::ModelError, core::ModelOptions,
+    core::ToolCall, core::ToolDefinition, models::AnthropicConfig, models::AnthropicModel,
+    models::HttpOptions, models::ModelSpec, models::OpenAiConfig, models::OpenAiModel,
+    models::RetryPolicy,
 };
 
 use super::aimock::{Aimock, GOOD_KEY};
@@ -347,11 +349,7 @@ async fn i12_aimock_the_agent_loop_runs_on_models_built_from_specs() {
             },
         )
         .map_spec(ToolSpec::read_only);
-        let harness = AgentHarness::builder(model)
-            .tool(tool)
-            .unwrap()
-            .build()
-            .unwrap();
+        let harness = AgentHarness::builder(model).tool(tool).build().unwrap();
         let run = harness.run("weather in Paris").await.unwrap();
         assert_eq!(run.status, RunStatus::Completed, "{spec}");
         assert_eq!(run.final_text, "Sunny in Paris.", "{spec}");

@@ -7,7 +7,7 @@
 use std::sync::atomic::AtomicUsize;
 
 use std::sync::Mutex;
-use tinyagents::{LedgerError, State};
+use tinyagents::{core::State, ledger::LedgerError};
 use tinyagents_tests::{HookedLedger, LedgerWrite, Verdict};
 
 use super::*;

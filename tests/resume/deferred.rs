@@ -5,7 +5,7 @@
 
 use std::sync::atomic::AtomicUsize;
 
-use tinyagents::{CallStatus, RunState, SqliteLedger};
+use tinyagents::{ledger::CallStatus, ledger::RunState, ledger::SqliteLedger};
 
 use super::*;
 
@@ -40,7 +40,7 @@ impl World {
                 }
             },
         )
-        .map_spec(|s| s.replay(tinyagents::ToolReplay::Never));
+        .map_spec(|s| s.replay(tinyagents::core::ToolReplay::Never));
         Arc::new(tool)
     }
 

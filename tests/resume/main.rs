@@ -18,8 +18,9 @@ use std::sync::atomic::Ordering;
 use serde_json::{Value, json};
 use tinyagents::prelude::*;
 use tinyagents::{
-    AgentHarnessBuilder, ApprovalDecision, EffectLedger, MemoryLedger, ResumeOptions, RunContext,
-    RunId, RunLimits, SuspendedRun, TurnEntry,
+    RunLimits, core::RunContext, core::RunId, harness::AgentHarnessBuilder,
+    harness::ApprovalDecision, harness::ResumeOptions, harness::SuspendedRun, harness::TurnEntry,
+    ledger::EffectLedger, ledger::MemoryLedger,
 };
 use tinyagents_tests::*;
 
@@ -93,7 +94,9 @@ fn refusal(result: Result<AgentRun, TinyAgentsError>) -> String {
 }
 
 /// The waiting calls of a suspended state, mutably.
-fn pending_mut(suspended: &mut SuspendedRun) -> impl Iterator<Item = &mut tinyagents::PendingCall> {
+fn pending_mut(
+    suspended: &mut SuspendedRun,
+) -> impl Iterator<Item = &mut tinyagents::harness::PendingCall> {
     suspended.turn.iter_mut().filter_map(|entry| match entry {
         TurnEntry::Pending { pending } => Some(pending),
         TurnEntry::Settled { .. } => None,

@@ -7,7 +7,8 @@ use std::sync::atomic::AtomicUsize;
 use std::time::Duration;
 
 use tinyagents::{
-    ChatRequest, ModelError, RedactionMiddleware, Redactor, ToolExecutionContext, ToolReplay,
+    core::ChatRequest, core::ModelError, core::ToolReplay, harness::ToolExecutionContext,
+    middleware::RedactionMiddleware, middleware::Redactor,
 };
 
 use super::*;
@@ -213,8 +214,7 @@ async fn i13_a_recovered_run_keeps_the_budget_its_answered_calls_spent() {
         FnTool::with_context(
             "fanout",
             "Calls leaf twice.",
-            |_: Value, ctx: Option<ToolRunContext>| async move {
-                let ctx = ctx.ok_or_else(|| anyhow::anyhow!("no context"))?;
+            |_: Value, ctx: ToolRunContext| async move {
                 let harness = ToolExecutionContext::from_run_context(&ctx);
                 for tag in ["a", "b"] {
                     harness.call_tool("leaf", json!({"tag": tag})).await?;
@@ -268,7 +268,7 @@ async fn i13_a_recovered_run_keeps_the_budget_its_answered_calls_spent() {
     assert_eq!(
         recovered.unwrap_err(),
         TinyAgentsError::LimitExceeded {
-            kind: tinyagents::LimitKind::ToolCalls,
+            kind: tinyagents::core::LimitKind::ToolCalls,
             limit: 4,
             used: 4,
         },

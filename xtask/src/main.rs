@@ -7,6 +7,7 @@
 // A command-line tool: printing to stdout is its job.
 #![allow(clippy::print_stdout)]
 
+mod features;
 mod instr;
 mod peers;
 mod sim;
@@ -23,9 +24,12 @@ usage: cargo xtask <command>
 
 commands:
   ci [STEP...]   the CI gate, in order, stopping at the first failure:
-                 fmt, clippy, tests (nextest + doctests; installs the pinned
+                 fmt, clippy, features (clippy over the facade without
+                 default features and with each alone), tests (nextest +
+                 doctests; installs the pinned
                  @copilotkit/aimock into .tools/aimock with npm when it is
-                 missing), doc, loom, deny;
+                 missing), doc, examples (every example of the facade,
+                 offline), sim, loom, deny;
                  naming steps runs only those (`cargo xtask ci clippy tests`)
   bench [ARGS]   cargo bench --workspace over the bench targets; ARGS are
                  passed to cargo bench (after `--`: to the bench binaries)
@@ -64,6 +68,12 @@ commands:
                  each; a failure prints its seed, a readable account and a
                  shrunk history, and replays with --seed S. --mutation plants
                  one of the harness's test mutations (see docs/simulation.md)
+  build-times [--target-dir DIR]
+                 the default and the minimal (--no-default-features) facade:
+                 crates in its normal dependency tree, then a timed clean
+                 `cargo build -p tinyagents` in DIR/default and DIR/minimal
+                 (DIR: /tmp/tinyagents-build-times; emptied first), with the
+                 packages compiled
   fuzz TARGET [SECONDS]
                  a cargo-fuzz target (fuzz/: parsers, suspended_run,
                  checkpoint, ledger_rows, prepare_arguments) for SECONDS (600), after
@@ -87,6 +97,7 @@ fn main() -> ExitCode {
         Some("crash") => crash(rest),
         Some("sim") => sim::sim(rest),
         Some("fuzz") => sim::fuzz(rest),
+        Some("build-times") => features::build_times(rest),
         Some("help" | "-h" | "--help") => {
             println!("{USAGE}");
             ExitCode::SUCCESS
@@ -137,6 +148,8 @@ fn cargo_command() -> Command {
 /// One command line, printable as a user would type it.
 struct Cmd {
     envs: Vec<(&'static str, String)>,
+    /// Variables removed from the command's environment.
+    unset: Vec<&'static str>,
     args: Vec<OsString>,
 }
 
@@ -148,6 +161,7 @@ where
 {
     Cmd {
         envs: Vec::new(),
+        unset: Vec::new(),
         args: args.into_iter().map(Into::into).collect(),
     }
 }
@@ -158,9 +172,18 @@ impl Cmd {
         self
     }
 
+    fn env_remove(mut self, key: &'static str) -> Self {
+        self.unset.push(key);
+        self
+    }
+
     /// Runs to completion with inherited stdio; `Err` says what went wrong.
     fn run(&self) -> Result<(), String> {
-        let status = cargo_command()
+        let mut command = cargo_command();
+        for key in &self.unset {
+            command.env_remove(key);
+        }
+        let status = command
             .args(&self.args)
             .envs(self.envs.iter().map(|(k, v)| (k, v)))
             .status()
@@ -185,6 +208,9 @@ impl Cmd {
 
 impl fmt::Display for Cmd {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for k in &self.unset {
+            write!(f, "env -u {k} ")?;
+        }
         for (k, v) in &self.envs {
             write!(f, "{k}=\"{v}\" ")?;
         }
@@ -280,6 +306,7 @@ fn ci_steps() -> Vec<Step> {
                 "warnings",
             ])],
         ),
+        features::ci_step(),
         Step {
             peers: vec![peers::ensure_aimock],
             tools: vec![Tool {
@@ -300,6 +327,7 @@ fn ci_steps() -> Vec<Step> {
             vec![cargo(["doc", "--workspace", "--no-deps"]).env("RUSTDOCFLAGS", "-D warnings")],
         ),
     ];
+    steps.push(examples_step());
     steps.push(sim::ci_step());
     let root = root();
     if root.join("crates/tinyagents-core/tests/loom.rs").exists() {
@@ -336,6 +364,29 @@ fn ci_steps() -> Vec<Step> {
         )
     });
     steps
+}
+
+/// The examples gallery of the facade, each run offline on its scripted
+/// models (with `TINYAGENTS_MODEL` removed, so a developer's real model is
+/// never called by the gate).
+const EXAMPLES: [&str; 6] = [
+    "quickstart",
+    "team",
+    "approval",
+    "recovery",
+    "typed_output",
+    "streaming",
+];
+
+fn examples_step() -> Step {
+    let runs = EXAMPLES
+        .iter()
+        .map(|example| {
+            cargo(["run", "-q", "-p", "tinyagents", "--example", example])
+                .env_remove("TINYAGENTS_MODEL")
+        })
+        .collect();
+    Step::new("examples", runs)
 }
 
 fn ci(only: &[String]) -> ExitCode {

@@ -22,14 +22,18 @@ pub enum TinyAgentsError {
         /// What went wrong.
         message: String,
     },
-    /// A tool's arguments were not acceptable.
-    #[error("invalid arguments for tool '{tool}': {message}")]
+    /// A tool's arguments were not acceptable. It displays as `message`
+    /// alone, which already names the tool, so the tool is named once:
+    /// `invalid arguments for tool 'add' at '/a': schema keyword 'type'
+    /// expects "integer"`.
+    #[error("{message}")]
     InvalidArguments {
         /// The tool's name.
         tool: String,
         /// The JSON path of the first problem (empty for the whole value).
         path: String,
-        /// What was wrong and what was expected.
+        /// The whole text: the tool, where its arguments went wrong and
+        /// what was expected.
         message: String,
     },
     /// A run limit was reached.

@@ -124,6 +124,19 @@ pub enum AgentEvent {
         /// What went wrong.
         error: String,
     },
+    /// A model-issued call waits for a person's decision: the run ends
+    /// `AwaitingApproval` after its turn, and its `SuspendedRun` lists the
+    /// call. One per waiting call, before the run's end; sent whatever the
+    /// payload capture (it carries no arguments; the reason is redacted).
+    ApprovalRequested {
+        /// The waiting call.
+        call_id: CallId,
+        /// The tool it calls.
+        tool: String,
+        /// Why it waits, naming what asked for the approval: the tool's
+        /// spec, a policy (by name) or the host's security gate.
+        reason: String,
+    },
     /// A limit refused work.
     LimitReached {
         /// Which limit.

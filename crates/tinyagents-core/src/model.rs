@@ -33,9 +33,30 @@ pub struct ModelOptions {
     /// Cap on the completion's tokens.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_output_tokens: Option<u32>,
+    /// The final answer must be a JSON value matching this schema;
+    /// providers use their structured-output mechanism (see
+    /// [`OutputSchema`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_schema: Option<OutputSchema>,
     /// Provider-specific fields, passed through as given.
     #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
     pub extra: serde_json::Map<String, Value>,
+}
+
+/// A JSON Schema the model's final answer must match: OpenAI-compatible
+/// providers send it as `response_format`, Anthropic as a forced tool. The
+/// harness passes it on; checking the answer is the caller's
+/// (`Agent::run_typed` validates it against the compiled schema).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OutputSchema {
+    /// A name for the schema (providers want one: letters, digits, `_`
+    /// and `-`; they sanitise others).
+    pub name: String,
+    /// The JSON Schema.
+    pub schema: Value,
+    /// What the answer is, for the model.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
 }
 
 /// A piece of a streamed response.
@@ -224,4 +245,17 @@ pub trait ChatModel: Send + Sync {
 
     /// Answers one request. Dropping the future cancels the call.
     async fn chat(&self, request: ChatRequest<'_>) -> Result<ChatResponse, ModelError>;
+}
+
+/// A shared model is a model: `Arc<dyn ChatModel>` (what a provider
+/// factory returns) goes wherever an `impl ChatModel` does.
+#[async_trait]
+impl<T: ChatModel + ?Sized> ChatModel for std::sync::Arc<T> {
+    fn name(&self) -> &str {
+        (**self).name()
+    }
+
+    async fn chat(&self, request: ChatRequest<'_>) -> Result<ChatResponse, ModelError> {
+        (**self).chat(request).await
+    }
 }

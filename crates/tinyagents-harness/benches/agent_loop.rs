@@ -126,8 +126,8 @@ fn nested_harness(n: u32) -> AgentHarness {
     AgentHarness::builder(Arc::new(model))
         .limits(limits)
         .tool(add_tool())
-        .and_then(|b| b.tool(fanout))
-        .and_then(|b| b.build())
+        .tool(fanout)
+        .build()
         .unwrap_or_else(|e| panic!("bench harness: {e}"))
 }
 
@@ -184,7 +184,7 @@ fn durable_harness(calls: u32, ledger: Arc<dyn EffectLedger>) -> AgentHarness {
         .limits(limits)
         .ledger(ledger)
         .tool(add)
-        .and_then(|b| b.build())
+        .build()
         .unwrap_or_else(|e| panic!("bench harness: {e}"))
 }
 
@@ -211,7 +211,7 @@ fn harness_with(
     }
     builder
         .tool(add_tool())
-        .and_then(|b| b.build())
+        .build()
         .unwrap_or_else(|e| panic!("bench harness: {e}"))
 }
 
@@ -328,7 +328,7 @@ fn parked(rt: &tokio::runtime::Runtime, n: usize) -> ! {
     let model = Arc::new(Silent::default());
     let h = AgentHarness::builder(Arc::clone(&model) as Arc<dyn ChatModel>)
         .tool(add_tool())
-        .and_then(|b| b.build())
+        .build()
         .unwrap_or_else(|e| panic!("bench harness: {e}"));
     let future_size = std::mem::size_of_val(&h.run("go"));
     rt.block_on(async {

@@ -21,7 +21,7 @@ use crate::run::{AgentRun, ApprovalDecision, RunRequest, SuspendedRun};
 /// says otherwise.
 pub const DEFAULT_EVENT_BUFFER: usize = 256;
 
-type RunFuture<'h> = BoxFuture<'h, Result<AgentRun, TinyAgentsError>>;
+type RunFuture<'h, E> = BoxFuture<'h, Result<AgentRun, E>>;
 
 /// A run started with [`AgentHarness::start`] (or
 /// [`start_resume`](AgentHarness::start_resume),
@@ -95,11 +95,11 @@ type RunFuture<'h> = BoxFuture<'h, Result<AgentRun, TinyAgentsError>>;
 /// # }
 /// ```
 #[must_use = "a run handle does nothing unless polled: read its events, wait for it or await it"]
-pub struct RunHandle<'h> {
+pub struct RunHandle<'h, E = TinyAgentsError> {
     /// The run, until it ends.
-    run: Option<RunFuture<'h>>,
+    run: Option<RunFuture<'h, E>>,
     /// The run's result, from when it ends until it is taken.
-    result: Option<Result<AgentRun, TinyAgentsError>>,
+    result: Option<Result<AgentRun, E>>,
     receiver: EventReceiver,
     /// A sink over the run's channel, for its count of dropped events.
     sink: EventSink,
@@ -111,7 +111,7 @@ pub struct RunHandle<'h> {
     cancel: CancellationToken,
 }
 
-impl std::fmt::Debug for RunHandle<'_> {
+impl<E: From<TinyAgentsError>> std::fmt::Debug for RunHandle<'_, E> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RunHandle")
             .field("running", &self.run.is_some())
@@ -122,10 +122,19 @@ impl std::fmt::Debug for RunHandle<'_> {
     }
 }
 
-impl<'h> RunHandle<'h> {
-    fn new<F>(capacity: usize, cancel: CancellationToken, run: impl FnOnce(EventSink) -> F) -> Self
+impl<'h, E: From<TinyAgentsError>> RunHandle<'h, E> {
+    /// A handle over a run that `run` starts on the sink it is given (a
+    /// channel of `capacity` events the handle drains as it drives the run),
+    /// cancelled by `cancel`: for layers above the harness that run agents
+    /// their own way (an orchestrated agent, a session) and hand out the
+    /// same handle. The future must send its events to that sink only.
+    pub fn driven<F>(
+        capacity: usize,
+        cancel: CancellationToken,
+        run: impl FnOnce(EventSink) -> F,
+    ) -> Self
     where
-        F: Future<Output = Result<AgentRun, TinyAgentsError>> + Send + 'h,
+        F: Future<Output = Result<AgentRun, E>> + Send + 'h,
     {
         let capacity = capacity.max(1);
         let (sink, receiver) = driven_channel(capacity);
@@ -172,7 +181,7 @@ impl<'h> RunHandle<'h> {
     /// the most recent [`event_buffer`](AgentHarness::event_buffer) of
     /// them, the older ones dropped and counted. The result is returned
     /// once; a second call is a `TinyAgentsError::State`.
-    pub async fn wait(&mut self) -> Result<AgentRun, TinyAgentsError> {
+    pub async fn wait(&mut self) -> Result<AgentRun, E> {
         std::future::poll_fn(|cx| self.poll_wait(cx, true)).await
     }
 
@@ -202,11 +211,7 @@ impl<'h> RunHandle<'h> {
 
     /// Drives the run to its end, draining its events into `kept` (or
     /// discarding them), so the run never waits for a reader.
-    fn poll_wait(
-        &mut self,
-        cx: &mut Context<'_>,
-        keep: bool,
-    ) -> Poll<Result<AgentRun, TinyAgentsError>> {
+    fn poll_wait(&mut self, cx: &mut Context<'_>, keep: bool) -> Poll<Result<AgentRun, E>> {
         loop {
             if let Some(run) = self.run.as_mut()
                 && let Poll::Ready(result) = run.as_mut().poll(cx)
@@ -221,9 +226,9 @@ impl<'h> RunHandle<'h> {
             }
             if self.run.is_none() {
                 return Poll::Ready(self.result.take().unwrap_or_else(|| {
-                    Err(TinyAgentsError::State(
+                    Err(E::from(TinyAgentsError::State(
                         "the run's result was already taken".to_owned(),
-                    ))
+                    )))
                 }));
             }
             if drained {
@@ -253,7 +258,7 @@ impl<'h> RunHandle<'h> {
 
 /// The run's events, in order: the same as
 /// [`next_event`](RunHandle::next_event).
-impl Stream for RunHandle<'_> {
+impl<E: From<TinyAgentsError> + Unpin> Stream for RunHandle<'_, E> {
     type Item = AgentEvent;
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<AgentEvent>> {
@@ -262,11 +267,11 @@ impl Stream for RunHandle<'_> {
 }
 
 /// Awaiting a handle drives the run to its end and discards its events.
-impl<'h> IntoFuture for RunHandle<'h> {
-    type Output = Result<AgentRun, TinyAgentsError>;
-    type IntoFuture = RunHandleFuture<'h>;
+impl<'h, E: From<TinyAgentsError> + Unpin> IntoFuture for RunHandle<'h, E> {
+    type Output = Result<AgentRun, E>;
+    type IntoFuture = RunHandleFuture<'h, E>;
 
-    fn into_future(self) -> RunHandleFuture<'h> {
+    fn into_future(self) -> RunHandleFuture<'h, E> {
         RunHandleFuture { handle: self }
     }
 }
@@ -274,13 +279,20 @@ impl<'h> IntoFuture for RunHandle<'h> {
 /// A [`RunHandle`] being awaited: drives the run to its end, discarding
 /// its events, and returns its result.
 #[must_use = "futures do nothing unless awaited"]
-#[derive(Debug)]
-pub struct RunHandleFuture<'h> {
-    handle: RunHandle<'h>,
+pub struct RunHandleFuture<'h, E = TinyAgentsError> {
+    handle: RunHandle<'h, E>,
 }
 
-impl Future for RunHandleFuture<'_> {
-    type Output = Result<AgentRun, TinyAgentsError>;
+impl<E: From<TinyAgentsError>> std::fmt::Debug for RunHandleFuture<'_, E> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunHandleFuture")
+            .field("handle", &self.handle)
+            .finish()
+    }
+}
+
+impl<E: From<TinyAgentsError> + Unpin> Future for RunHandleFuture<'_, E> {
+    type Output = Result<AgentRun, E>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         self.get_mut().handle.poll_wait(cx, false)
@@ -300,7 +312,7 @@ impl AgentHarness {
             .cancel
             .get_or_insert_with(CancellationToken::new)
             .clone();
-        RunHandle::new(self.event_buffer, cancel, move |sink| async move {
+        RunHandle::driven(self.event_buffer, cancel, move |sink| async move {
             self.run_with(request, &sink).await
         })
     }
@@ -318,7 +330,7 @@ impl AgentHarness {
             .cancel
             .get_or_insert_with(CancellationToken::new)
             .clone();
-        RunHandle::new(self.event_buffer, cancel, move |sink| async move {
+        RunHandle::driven(self.event_buffer, cancel, move |sink| async move {
             self.resume(suspended, decisions, options, &sink).await
         })
     }
@@ -331,7 +343,7 @@ impl AgentHarness {
             .cancel
             .get_or_insert_with(CancellationToken::new)
             .clone();
-        RunHandle::new(self.event_buffer, cancel, move |sink| async move {
+        RunHandle::driven(self.event_buffer, cancel, move |sink| async move {
             self.recover(run_id, options, &sink).await
         })
     }

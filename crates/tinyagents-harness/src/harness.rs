@@ -34,6 +34,8 @@ pub struct AgentHarness {
     pub(crate) ledger: Option<Arc<dyn EffectLedger>>,
     pub(crate) ledger_failure: LedgerFailure,
     pub(crate) event_buffer: usize,
+    /// Told to every run as `Warning` events after `RunStarted`.
+    pub(crate) warnings: Arc<[String]>,
     /// Waiting calls decided by a resume, by run: without a ledger, the
     /// record that a suspended state was resumed and its approvals used
     /// (for this harness's lifetime).
@@ -69,10 +71,12 @@ impl AgentHarness {
             injected: Map::new(),
             invalid_args: InvalidArgsPolicy::default(),
             agent_id: None,
-            detailed_errors: true,
+            detailed_errors: false,
             ledger: None,
             ledger_failure: LedgerFailure::Abort,
             event_buffer: crate::handle::DEFAULT_EVENT_BUFFER,
+            warnings: Vec::new(),
+            problems: Vec::new(),
         }
     }
 
@@ -135,6 +139,10 @@ pub struct AgentHarnessBuilder {
     ledger: Option<Arc<dyn EffectLedger>>,
     ledger_failure: LedgerFailure,
     event_buffer: usize,
+    warnings: Vec<String>,
+    /// Why tools given to [`tool`](Self::tool) or [`tools`](Self::tools)
+    /// were not registered; [`build`](Self::build) reports them.
+    problems: Vec<String>,
 }
 
 impl std::fmt::Debug for AgentHarnessBuilder {
@@ -146,12 +154,35 @@ impl std::fmt::Debug for AgentHarnessBuilder {
 
 impl AgentHarnessBuilder {
     /// Registers a tool the model may call.
-    pub fn tool(mut self, tool: impl Tool) -> Result<Self, TinyAgentsError> {
-        self.register(Arc::new(tool))?;
-        Ok(self)
+    ///
+    /// A tool that cannot be registered (its name is taken or malformed,
+    /// its schema does not compile) is not an error here: the builder keeps
+    /// the problem and [`build`](Self::build) reports every such problem at
+    /// once. Use [`register`](Self::register) for the error at once.
+    #[must_use]
+    pub fn tool(self, tool: impl Tool) -> Self {
+        self.tools([Arc::new(tool) as Arc<dyn Tool>])
+    }
+
+    /// Registers shared tools the model may call, in order; problems are
+    /// kept for [`build`](Self::build), as with [`tool`](Self::tool).
+    #[must_use]
+    pub fn tools(mut self, tools: impl IntoIterator<Item = Arc<dyn Tool>>) -> Self {
+        for tool in tools {
+            if let Err(e) = self.tools.register(tool) {
+                self.problems.push(e.to_string());
+            }
+        }
+        self
     }
 
     /// Registers a shared tool the model may call.
+    ///
+    /// # Errors
+    ///
+    /// [`TinyAgentsError::Config`] at once when the tool cannot be
+    /// registered (its name is taken or malformed, its schema does not
+    /// compile); the builder is unchanged.
     pub fn register(&mut self, tool: Arc<dyn Tool>) -> Result<&mut Self, TinyAgentsError> {
         self.tools
             .register(tool)
@@ -244,8 +275,11 @@ impl AgentHarnessBuilder {
     }
 
     /// Whether the text of a tool's raised error (or panic) reaches the
-    /// model. On by default; off, the model reads only that the tool
-    /// failed. The harness's own refusals are never withheld.
+    /// model. Off by default (as everywhere in tinyagents: the
+    /// orchestrator and `Agent` agree): the model reads only that the tool
+    /// failed, since an error's text may carry what the model should not
+    /// see. The harness's own refusals are never withheld, and a tool's own
+    /// error result (`ToolResult::error`) is its answer, always read.
     #[must_use]
     pub fn include_detailed_errors(mut self, include: bool) -> Self {
         self.detailed_errors = include;
@@ -280,6 +314,16 @@ impl AgentHarnessBuilder {
         self
     }
 
+    /// A warning every run of this harness reports, as an
+    /// [`AgentEvent::Warning`](tinyagents_core::AgentEvent::Warning) right
+    /// after its `RunStarted` (for what a build let through that a person
+    /// should know of, such as a tool a definition names that is missing).
+    #[must_use]
+    pub fn warning(mut self, message: impl Into<String>) -> Self {
+        self.warnings.push(message.into());
+        self
+    }
+
     /// Names the agent.
     #[must_use]
     pub fn agent_id(mut self, id: AgentId) -> Self {
@@ -288,7 +332,27 @@ impl AgentHarnessBuilder {
     }
 
     /// Builds the harness.
+    ///
+    /// # Errors
+    ///
+    /// [`TinyAgentsError::Config`] when a tool given to
+    /// [`tool`](Self::tool) or [`tools`](Self::tools) could not be
+    /// registered (one message naming every such problem: "2 problems: a
+    /// tool named 'a' is already registered; tool 'b' has an invalid
+    /// parameter schema: ..."), or when the allow-list names a tool that is
+    /// not registered.
     pub fn build(self) -> Result<AgentHarness, TinyAgentsError> {
+        match self.problems.as_slice() {
+            [] => {}
+            [one] => return Err(TinyAgentsError::Config(one.clone())),
+            many => {
+                return Err(TinyAgentsError::Config(format!(
+                    "{} problems: {}",
+                    many.len(),
+                    many.join("; ")
+                )));
+            }
+        }
         let unknown = self
             .allowed
             .iter()
@@ -328,7 +392,92 @@ impl AgentHarnessBuilder {
             ledger: self.ledger,
             ledger_failure: self.ledger_failure,
             event_buffer: self.event_buffer,
+            warnings: self.warnings.into(),
             approvals_used: Arc::default(),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+    use tinyagents_models::ScriptedModel;
+    use tinytools::{FnTool, ToolSpec};
+
+    use super::*;
+
+    #[derive(serde::Deserialize, schemars::JsonSchema)]
+    struct Echo {
+        text: String,
+    }
+
+    fn echo(name: &str) -> impl Tool {
+        echo_with(name, |spec| spec)
+    }
+
+    fn echo_with(name: &str, spec: impl FnOnce(ToolSpec) -> ToolSpec) -> impl Tool {
+        FnTool::new(name.to_owned(), "Echoes.", |args: Echo| async move {
+            anyhow::Ok(args.text)
+        })
+        .map_spec(spec)
+    }
+
+    fn builder() -> AgentHarnessBuilder {
+        AgentHarness::builder(Arc::new(ScriptedModel::new([])))
+    }
+
+    #[test]
+    fn build_reports_every_tool_that_could_not_be_registered() {
+        let broken = echo_with("b", |s| {
+            ToolSpec::new(s.name, s.description, json!({"type": 12}))
+        });
+        let error = builder()
+            .tool(echo("a"))
+            .tool(echo("a"))
+            .tool(broken)
+            .tool(echo("fine"))
+            .build()
+            .unwrap_err();
+        let TinyAgentsError::Config(message) = error else {
+            panic!("not a configuration error: {error:?}");
+        };
+        assert!(
+            message.starts_with("2 problems: a tool named 'a' is already registered; tool 'b' has an invalid parameter schema: "),
+            "{message}"
+        );
+
+        let one = builder()
+            .tool(echo("a"))
+            .tool(echo("a"))
+            .build()
+            .unwrap_err();
+        assert_eq!(
+            one.to_string(),
+            "configuration error: a tool named 'a' is already registered"
+        );
+    }
+
+    #[test]
+    fn good_tools_build_and_register_still_fails_at_once() {
+        let harness = builder()
+            .tool(echo("a"))
+            .tools([Arc::new(echo("b")) as Arc<dyn Tool>, Arc::new(echo("c"))])
+            .build()
+            .unwrap();
+        let names: Vec<&str> = harness
+            .tools()
+            .model_dispatch()
+            .definitions()
+            .iter()
+            .map(|d| d.name.as_str())
+            .collect();
+        assert_eq!(names, ["a", "b", "c"]);
+
+        let mut builder = builder().tool(echo("a"));
+        assert!(matches!(
+            builder.register(Arc::new(echo("a"))),
+            Err(TinyAgentsError::Config(_))
+        ));
+        assert!(builder.build().is_ok(), "an immediate error is not kept");
     }
 }

@@ -45,8 +45,8 @@ pub use events::{EventReceiver, EventSink, STALLED_READER_GRACE, event_channel};
 pub use handle::{DEFAULT_EVENT_BUFFER, RunHandle, RunHandleFuture};
 pub use harness::{AgentHarness, AgentHarnessBuilder};
 pub use run::{
-    AgentRun, ApprovalDecision, PendingCall, RunRequest, SUSPENDED_RUN_FORMAT, SuspendedRun,
-    TurnEntry,
+    AgentRun, ApprovalDecision, OUTPUT_SCHEMA_PROPERTY, PendingCall, RunRequest,
+    SUSPENDED_RUN_FORMAT, SuspendedRun, TurnEntry,
 };
 pub use seal::{SEAL_KEY_MIN_BYTES, SEALED_RUN_FORMAT, SealedRun};
 pub use tool::ToolExecutionContext;

@@ -10,6 +10,15 @@ use tinyagents_core::{
     State, TinyAgentsError, ToolCall, Usage, args_hash,
 };
 
+/// The run property that asks the model for a final answer matching a JSON
+/// schema (an [`OutputSchema`](tinyagents_core::OutputSchema), as JSON):
+/// every model call of the run carries it in
+/// `ModelOptions::output_schema`, and providers use their structured-output
+/// mechanism. A property, so it survives suspension, resume and recovery
+/// with the run; agent tools do not pass it on to their child runs. Set it
+/// with [`RunRequest::with_output_schema`].
+pub const OUTPUT_SCHEMA_PROPERTY: &str = "tinyagents.output_schema";
+
 /// The version of [`SuspendedRun`]'s serialised form.
 pub const SUSPENDED_RUN_FORMAT: u32 = 1;
 
@@ -92,6 +101,18 @@ impl RunRequest {
     #[must_use]
     pub fn with_properties(mut self, properties: Map<String, Value>) -> Self {
         self.properties = properties;
+        self
+    }
+
+    /// Asks for a final answer matching `schema` (see
+    /// [`OUTPUT_SCHEMA_PROPERTY`]). The harness passes it to the model; it
+    /// does not check the answer (`Agent::run_typed` does).
+    #[must_use]
+    pub fn with_output_schema(mut self, schema: &tinyagents_core::OutputSchema) -> Self {
+        if let Ok(value) = serde_json::to_value(schema) {
+            self.properties
+                .insert(OUTPUT_SCHEMA_PROPERTY.to_owned(), value);
+        }
         self
     }
 }
@@ -274,6 +295,9 @@ pub struct AgentRun {
     pub(crate) tool_metadata: HashMap<CallId, Value>,
     /// The state to resume from, when the run waits for approval.
     pub suspended: Option<SuspendedRun>,
+    /// The run's host metadata as it ended (after a resume or a recovery,
+    /// as the stored state or the checkpoint held it).
+    pub properties: Arc<Map<String, Value>>,
 }
 
 impl AgentRun {

@@ -19,8 +19,9 @@
 //! ([`args_hash`]) is the idempotency key a tool can pass to a service.
 //!
 //! Backends: [`MemoryLedger`] (tests, hosts without recovery) and
-//! [`SqliteLedger`] (the embedded durable default: one SQLite file in WAL
-//! mode, group commit, versioned schema). The trait assumes no single
+//! `SqliteLedger` (the embedded durable default: one SQLite file in WAL
+//! mode, group commit, versioned schema; the `sqlite` feature, on by
+//! default, compiles it and its bundled SQLite). The trait assumes no single
 //! process, so a server backend can follow; the feature `conformance`
 //! exports the suite every backend must pass (`conformance::run_all`).
 //!
@@ -40,6 +41,7 @@ mod memory;
 mod resolution;
 mod row;
 mod rules;
+#[cfg(feature = "sqlite")]
 mod sqlite;
 
 pub use clock::{Clock, ManualClock, SharedClock, SystemClock, Timestamp};
@@ -48,6 +50,7 @@ pub use ledger::{Checkpoint, EffectLedger, PruneReport, RunState, SharedLedger};
 pub use memory::MemoryLedger;
 pub use resolution::{Effect, Found, InDoubt, Resolution, Resolve, ResolvedBy};
 pub use row::{CallStatus, DEFAULT_MAX_RESULT_BYTES, LedgerRow, Outcome, StartedRow, StoredResult};
+#[cfg(feature = "sqlite")]
 pub use sqlite::{
     APPLICATION_ID, CommitHook, CommitPoint, SCHEMA_VERSION, SqliteLedger, SqliteOptions,
 };

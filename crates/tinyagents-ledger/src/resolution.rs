@@ -73,6 +73,7 @@ pub enum ResolvedBy {
 
 impl ResolvedBy {
     /// As stored: `reconcile`, or `person:` and the name.
+    #[cfg(any(test, feature = "sqlite"))]
     pub(crate) fn stored(&self) -> String {
         match self {
             Self::Reconcile => "reconcile".to_owned(),
@@ -81,6 +82,7 @@ impl ResolvedBy {
     }
 
     /// Parses [`stored`](Self::stored) text.
+    #[cfg(any(test, feature = "sqlite"))]
     pub(crate) fn parse(text: &str) -> Option<Self> {
         if text == "reconcile" {
             return Some(Self::Reconcile);

@@ -212,6 +212,7 @@ pub(crate) fn check_checkpoint(run: &RunId, stored: Option<u64>, offered: u64) -
 }
 
 /// The stored text of a replay class.
+#[cfg(feature = "sqlite")]
 pub(crate) fn replay_str(replay: ToolReplay) -> &'static str {
     match replay {
         ToolReplay::Safe => "safe",
@@ -220,6 +221,7 @@ pub(crate) fn replay_str(replay: ToolReplay) -> &'static str {
 }
 
 /// Parses a stored replay class.
+#[cfg(feature = "sqlite")]
 pub(crate) fn parse_replay(text: &str) -> Option<ToolReplay> {
     match text {
         "safe" => Some(ToolReplay::Safe),

@@ -2,8 +2,10 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests
 
+use tinyagents_ledger::MemoryLedger;
 use tinyagents_ledger::conformance::{self, RESULT_LIMIT};
-use tinyagents_ledger::{MemoryLedger, SqliteLedger, SqliteOptions};
+#[cfg(feature = "sqlite")]
+use tinyagents_ledger::{SqliteLedger, SqliteOptions};
 
 #[tokio::test]
 async fn memory_ledger_conforms() {
@@ -11,6 +13,7 @@ async fn memory_ledger_conforms() {
     conformance::run_all(&ledger).await;
 }
 
+#[cfg(feature = "sqlite")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_ledger_conforms() {
     let dir = tempfile::tempdir().unwrap();
@@ -22,6 +25,7 @@ async fn sqlite_ledger_conforms() {
     ledger.shutdown().await.unwrap();
 }
 
+#[cfg(feature = "sqlite")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_ledger_conforms_after_reopening() {
     // The same checks against a file that was closed and opened again, so

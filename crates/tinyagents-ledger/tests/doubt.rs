@@ -9,9 +9,10 @@ use std::time::Duration;
 use serde_json::json;
 use tinyagents_core::{CallId, RunId, ToolReplay};
 use tinyagents_ledger::{
-    EffectLedger, Found, ManualClock, MemoryLedger, Resolve, SqliteLedger, SqliteOptions,
-    StartedRow, Timestamp, args_hash,
+    EffectLedger, Found, ManualClock, MemoryLedger, Resolve, StartedRow, Timestamp, args_hash,
 };
+#[cfg(feature = "sqlite")]
+use tinyagents_ledger::{SqliteLedger, SqliteOptions};
 
 async fn ages_and_order(ledger: &dyn EffectLedger, clock: &ManualClock) {
     let start = |run: &str, call: &str| {
@@ -65,6 +66,7 @@ async fn memory_ledger_lists_calls_in_doubt_oldest_first_with_their_age() {
     ages_and_order(&ledger, &clock).await;
 }
 
+#[cfg(feature = "sqlite")]
 #[tokio::test]
 async fn sqlite_ledger_lists_calls_in_doubt_oldest_first_with_their_age() {
     let dir = tempfile::tempdir().unwrap();

@@ -24,8 +24,8 @@
 //!   results and from payloads bound for events and persistence;
 //! - the wraps [`TimeoutWrap`] and [`RetryWrap`].
 //!
-//! The order rules, the decision types and a custom middleware are in the
-//! [`guide`].
+//! The order rules, the decision types and a custom middleware are in
+//! the guide, `docs/middleware.md`.
 //!
 //! It does not drive a run: the harness calls these hooks in the order and
 //! with the fail-closed rules documented on each trait, and attaches the
@@ -52,9 +52,6 @@ mod wrap;
 mod testing;
 #[cfg(test)]
 mod wrap_testing;
-
-#[doc = include_str!("../../../docs/middleware.md")]
-pub mod guide {}
 
 pub use allowlist::ToolAllowlistMiddleware;
 pub use approval::{ApprovalFn, ApprovalOutcome, ApprovalOutcomeFn, HumanApprovalMiddleware};

@@ -22,23 +22,45 @@
 //! environment variables; [`from_env`] reads the spec from
 //! `TINYAGENTS_MODEL`.
 //!
+//! Features (both on by default): `openai` compiles [`OpenAiModel`] (and
+//! the `openai`, `ollama`, `openai-compatible` and `llama-cpp` specs),
+//! `anthropic` compiles [`AnthropicModel`]; either brings in the HTTPS
+//! stack (reqwest, rustls). Without them this crate is [`ScriptedModel`],
+//! [`RetryPolicy`], the SSE parser and the spec parser, and [`from_spec`]
+//! answers a spec of a missing provider with
+//! [`SpecError::ProviderNotCompiled`].
+//!
 //! This crate does not run agents; the harness does.
 
 // Tests may unwrap: a panic there is a failed test.
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
+#[cfg(feature = "anthropic")]
 pub mod anthropic;
+#[cfg(any(feature = "openai", feature = "anthropic"))]
 mod http;
+#[cfg(feature = "openai")]
 pub mod openai;
+// Anthropic's client borrows two header helpers of OpenAI's module; without
+// the `openai` feature that module is compiled for them alone, unexported.
+#[cfg(all(feature = "anthropic", not(feature = "openai")))]
+#[allow(dead_code, unreachable_pub)]
+mod openai;
 mod retry;
 mod scripted;
+// Only the spec parser's URL redaction is used without a provider.
+#[cfg_attr(not(any(feature = "openai", feature = "anthropic")), allow(dead_code))]
 mod secret;
 mod spec;
 pub mod sse;
+#[cfg(any(feature = "openai", feature = "anthropic"))]
 mod wire;
 
+#[cfg(feature = "anthropic")]
 pub use anthropic::{AnthropicConfig, AnthropicModel};
+#[cfg(any(feature = "openai", feature = "anthropic"))]
 pub use http::HttpOptions;
+#[cfg(feature = "openai")]
 pub use openai::{OpenAiConfig, OpenAiModel, ToolOnlyContent};
 pub use retry::RetryPolicy;
 pub use scripted::{RecordedRequest, ScriptedModel};

@@ -4,6 +4,7 @@
 use std::hash::{BuildHasher, Hasher};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+#[cfg(any(feature = "openai", feature = "anthropic"))]
 use reqwest::header::HeaderMap;
 
 /// How a provider client retries a request that failed with a rate limit
@@ -122,6 +123,8 @@ fn random_u64() -> u64 {
     hasher.finish()
 }
 
+// Reading `Retry-After` needs the HTTP stack; the policy does not.
+#[cfg(any(feature = "openai", feature = "anthropic"))]
 /// The wait a response asked for: `retry-after-ms` (OpenAI), or
 /// `Retry-After` as seconds or as an HTTP date.
 pub(crate) fn retry_after(headers: &HeaderMap) -> Option<Duration> {
@@ -135,6 +138,7 @@ pub(crate) fn retry_after(headers: &HeaderMap) -> Option<Duration> {
     None
 }
 
+#[cfg(any(feature = "openai", feature = "anthropic"))]
 fn retry_after_named(headers: &HeaderMap, prefix: &str) -> Option<Duration> {
     if let Some(ms) = header_str(headers, &format!("{prefix}retry-after-ms"))
         .and_then(|v| v.trim().parse::<f64>().ok())
@@ -150,16 +154,19 @@ fn retry_after_named(headers: &HeaderMap, prefix: &str) -> Option<Duration> {
     Some(Duration::from_secs(at.saturating_sub(now)))
 }
 
+#[cfg(any(feature = "openai", feature = "anthropic"))]
 fn header_str<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
     headers.get(name)?.to_str().ok()
 }
 
+#[cfg(any(feature = "openai", feature = "anthropic"))]
 fn seconds(secs: f64) -> Option<Duration> {
     (secs.is_finite() && secs >= 0.0)
         .then(|| Duration::try_from_secs_f64(secs.min(1e9)).ok())
         .flatten()
 }
 
+#[cfg(any(feature = "openai", feature = "anthropic"))]
 /// Seconds since the epoch of an IMF-fixdate (`Sun, 06 Nov 1994 08:49:37 GMT`),
 /// the form HTTP requires senders to use.
 fn parse_http_date(value: &str) -> Option<u64> {
@@ -196,6 +203,7 @@ fn parse_http_date(value: &str) -> Option<u64> {
     Some(days_from_civil(year, month, day) * 86_400 + h * 3600 + m * 60 + s)
 }
 
+#[cfg(any(feature = "openai", feature = "anthropic"))]
 /// Days from 1970-01-01 to a date of the proleptic Gregorian calendar
 /// (Howard Hinnant's algorithm), for years from 1970 on.
 fn days_from_civil(year: u64, month: u64, day: u64) -> u64 {
@@ -211,6 +219,7 @@ fn days_from_civil(year: u64, month: u64, day: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    #[cfg(any(feature = "openai", feature = "anthropic"))]
     use reqwest::header::HeaderValue;
 
     #[test]
@@ -241,6 +250,7 @@ mod tests {
         assert_eq!(policy.delay(0, Some(Duration::from_secs(11))), None);
     }
 
+    #[cfg(any(feature = "openai", feature = "anthropic"))]
     #[test]
     fn reads_retry_after_in_every_form() {
         let mut headers = HeaderMap::new();
@@ -274,6 +284,7 @@ mod tests {
 
     /// Issue 12: behind LiteLLM the upstream's wait arrives prefixed; the
     /// server's own header still wins.
+    #[cfg(any(feature = "openai", feature = "anthropic"))]
     #[test]
     fn reads_a_proxys_forwarded_retry_after_as_a_fallback() {
         let mut headers = HeaderMap::new();

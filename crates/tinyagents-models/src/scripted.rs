@@ -7,7 +7,8 @@ use async_trait::async_trait;
 use parking_lot::Mutex;
 use serde_json::Value;
 use tinyagents_core::{
-    ChatModel, ChatRequest, ChatResponse, Message, ModelError, ModelToolCall, ToolDefinition,
+    ChatModel, ChatRequest, ChatResponse, Message, ModelError, ModelToolCall, OutputSchema,
+    ToolDefinition,
 };
 
 type Responder = dyn Fn(&ChatRequest<'_>) -> Result<ChatResponse, ModelError> + Send + Sync;
@@ -24,6 +25,9 @@ pub struct RecordedRequest {
     pub messages: Vec<Message>,
     /// The tools it was offered.
     pub tools: Vec<ToolDefinition>,
+    /// The structured output it was asked for
+    /// ([`ModelOptions::output_schema`](tinyagents_core::ModelOptions)).
+    pub output_schema: Option<OutputSchema>,
 }
 
 /// A model that answers from a script: a queue of responses, or a function
@@ -101,6 +105,12 @@ impl ScriptedModel {
         *self.calls.lock()
     }
 
+    /// A final answer whose text is `value` as compact JSON (what a
+    /// provider returns for a request with an output schema).
+    pub fn json(value: Value) -> ChatResponse {
+        ChatResponse::text(value.to_string())
+    }
+
     /// A response that calls one tool.
     pub fn tool_call(name: &str, arguments: Value) -> ChatResponse {
         ChatResponse::tool_calls(vec![ModelToolCall::new(None, name, arguments)])
@@ -133,6 +143,7 @@ impl ChatModel for ScriptedModel {
             recorded.lock().push(RecordedRequest {
                 messages: request.messages.to_vec(),
                 tools: request.tools.to_vec(),
+                output_schema: request.options.output_schema.clone(),
             });
         }
         let responder = match &mut *self.script.lock() {
@@ -169,5 +180,30 @@ mod tests {
         );
         assert_eq!(model.calls(), 2);
         assert_eq!(model.requests().len(), 2);
+    }
+
+    #[tokio::test]
+    async fn records_the_output_schema_and_answers_json() {
+        let model =
+            ScriptedModel::new([ScriptedModel::json(serde_json::json!({"sum": 3}))]).recording();
+        let schema = OutputSchema {
+            name: "Sum".into(),
+            schema: serde_json::json!({"type": "object"}),
+            description: None,
+        };
+        let options = ModelOptions {
+            output_schema: Some(schema.clone()),
+            ..ModelOptions::default()
+        };
+        let request = ChatRequest {
+            messages: &[],
+            tools: &[],
+            options: &options,
+            deltas: None,
+        };
+        let answer = model.chat(request).await.unwrap();
+        assert_eq!(answer.content, r#"{"sum":3}"#);
+        assert!(answer.tool_calls.is_empty());
+        assert_eq!(model.requests()[0].output_schema, Some(schema));
     }
 }

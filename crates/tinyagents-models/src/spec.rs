@@ -9,12 +9,18 @@
 //!
 //! The OpenAI key is never sent to an `openai-compatible` server: that URL
 //! may be anyone's.
+//!
+//! Every spec parses whatever features are on; building one whose client is
+//! not compiled in (the `anthropic` spec needs the `anthropic` feature, the
+//! others the `openai` feature) is [`SpecError::ProviderNotCompiled`].
 
 use std::sync::Arc;
 
 use tinyagents_core::{ChatModel, ModelError};
 
+#[cfg(feature = "anthropic")]
 use crate::anthropic::{AnthropicConfig, AnthropicModel};
+#[cfg(feature = "openai")]
 use crate::openai::{OpenAiConfig, OpenAiModel, ToolOnlyContent};
 use crate::secret::redact_url;
 
@@ -58,6 +64,16 @@ pub enum SpecError {
         provider: &'static str,
         /// The environment variable to set.
         variable: &'static str,
+    },
+    /// The spec's provider is known but its client was not compiled in.
+    #[error(
+        "provider '{provider}' is not compiled in: enable the `{feature}` feature of tinyagents (or tinyagents-models)"
+    )]
+    ProviderNotCompiled {
+        /// The provider, as a spec names it (`anthropic`, `ollama`, …).
+        provider: &'static str,
+        /// The cargo feature that compiles its client (`openai` or `anthropic`).
+        feature: &'static str,
     },
     /// The client could not be built.
     #[error("cannot build the model client: {source}")]
@@ -177,9 +193,41 @@ impl ModelSpec {
         }
     }
 
+    /// The provider, as the spec names it: `openai`, `anthropic`,
+    /// `ollama`, `openai-compatible` or `llama-cpp`.
+    pub fn provider(&self) -> &'static str {
+        match self {
+            Self::OpenAi { .. } => "openai",
+            Self::Anthropic { .. } => "anthropic",
+            Self::Ollama { .. } => "ollama",
+            Self::OpenAiCompatible { .. } => "openai-compatible",
+            Self::LlamaCpp { .. } => "llama-cpp",
+        }
+    }
+
+    /// The cargo feature (of `tinyagents` and of this crate) that compiles
+    /// the spec's client: `anthropic` for Anthropic, `openai` for the rest
+    /// (they all speak OpenAI's Chat Completions).
+    pub fn required_feature(&self) -> &'static str {
+        match self {
+            Self::Anthropic { .. } => "anthropic",
+            _ => "openai",
+        }
+    }
+
+    /// The error for a spec whose client is not compiled in.
+    #[cfg(any(test, not(all(feature = "openai", feature = "anthropic"))))]
+    fn not_compiled(&self) -> SpecError {
+        SpecError::ProviderNotCompiled {
+            provider: self.provider(),
+            feature: self.required_feature(),
+        }
+    }
+
     /// Builds the model, reading keys and base URLs through `env` (a
     /// function of the variable name, so tests need not touch the process
-    /// environment).
+    /// environment). A spec whose client is not compiled in is
+    /// [`SpecError::ProviderNotCompiled`].
     pub fn build_with_env(
         &self,
         env: impl Fn(&str) -> Option<String>,
@@ -189,8 +237,10 @@ impl ModelSpec {
                 .map(|v| v.trim().to_owned())
                 .filter(|v| !v.is_empty())
         };
+        #[cfg(any(feature = "openai", feature = "anthropic"))]
         let client = |source| SpecError::Client { source };
-        let model: Arc<dyn ChatModel> = match self {
+        match self {
+            #[cfg(feature = "openai")]
             Self::OpenAi { model } => {
                 let key = var("OPENAI_API_KEY").ok_or(SpecError::MissingKey {
                     provider: "openai",
@@ -200,8 +250,9 @@ impl ModelSpec {
                 if let Some(url) = var("OPENAI_BASE_URL") {
                     config.base_url = http_url(&url)?;
                 }
-                Arc::new(OpenAiModel::new(config).map_err(client)?)
+                Ok(Arc::new(OpenAiModel::new(config).map_err(client)?))
             }
+            #[cfg(feature = "anthropic")]
             Self::Anthropic { model } => {
                 let key = var("ANTHROPIC_API_KEY").ok_or(SpecError::MissingKey {
                     provider: "anthropic",
@@ -216,8 +267,9 @@ impl ModelSpec {
                             .trim_end_matches("/v1")
                     );
                 }
-                Arc::new(AnthropicModel::new(config).map_err(client)?)
+                Ok(Arc::new(AnthropicModel::new(config).map_err(client)?))
             }
+            #[cfg(feature = "openai")]
             Self::Ollama { model } => {
                 let mut config = OpenAiConfig::ollama(model);
                 if let Some(host) = var("OLLAMA_HOST") {
@@ -228,8 +280,9 @@ impl ModelSpec {
                     };
                     config.base_url = format!("{}/v1", http_url(&url)?.trim_end_matches('/'));
                 }
-                Arc::new(OpenAiModel::new(config).map_err(client)?)
+                Ok(Arc::new(OpenAiModel::new(config).map_err(client)?))
             }
+            #[cfg(feature = "openai")]
             Self::OpenAiCompatible { base_url, model } | Self::LlamaCpp { base_url, model } => {
                 let mut config = OpenAiConfig::compatible(base_url, model);
                 if matches!(self, Self::LlamaCpp { .. }) {
@@ -238,10 +291,15 @@ impl ModelSpec {
                         .with_stream_with_tools(false);
                 }
                 config.api_key = var("OPENAI_COMPATIBLE_API_KEY");
-                Arc::new(OpenAiModel::new(config).map_err(client)?)
+                Ok(Arc::new(OpenAiModel::new(config).map_err(client)?))
             }
-        };
-        Ok(model)
+            #[cfg(not(all(feature = "openai", feature = "anthropic")))]
+            _ => {
+                // Without any provider, `var` has no other use.
+                let _ = var;
+                Err(self.not_compiled())
+            }
+        }
     }
 }
 
@@ -274,8 +332,10 @@ fn http_url(url: &str) -> Result<String, SpecError> {
 /// Nothing is sent until the model is asked something.
 ///
 /// ```
+/// # #[cfg(feature = "openai")] {
 /// let model = tinyagents_models::from_spec("openai-compatible:http://localhost:8000/v1#qwen3")?;
 /// assert_eq!(model.name(), "qwen3");
+/// # }
 /// assert!(tinyagents_models::from_spec("gpt-4o").is_err()); // no provider
 /// # Ok::<(), tinyagents_models::SpecError>(())
 /// ```
@@ -369,6 +429,7 @@ mod tests {
         ));
     }
 
+    #[cfg(all(feature = "openai", feature = "anthropic"))]
     #[test]
     fn keys_come_from_the_environment() {
         let missing = ModelSpec::parse("openai:gpt-4o-mini")
@@ -408,5 +469,68 @@ mod tests {
             .unwrap()
             .build_with_env(env(&[("OPENAI_API_KEY", "k"), ("OPENAI_BASE_URL", "nope")]));
         assert!(matches!(bad_url, Err(SpecError::InvalidBaseUrl { .. })));
+    }
+
+    #[test]
+    fn a_provider_not_compiled_in_names_itself_and_its_feature() {
+        let error = ModelSpec::parse("anthropic:claude").unwrap().not_compiled();
+        assert_eq!(
+            error,
+            SpecError::ProviderNotCompiled {
+                provider: "anthropic",
+                feature: "anthropic"
+            }
+        );
+        assert_eq!(
+            error.to_string(),
+            "provider 'anthropic' is not compiled in: enable the `anthropic` feature of \
+             tinyagents (or tinyagents-models)"
+        );
+        // Every OpenAI-compatible spec needs the `openai` feature.
+        for spec in [
+            "openai:m",
+            "ollama:m",
+            "openai-compatible:http://x/v1#m",
+            "llama-cpp:http://x/v1#m",
+        ] {
+            let spec = ModelSpec::parse(spec).unwrap();
+            assert_eq!(spec.required_feature(), "openai", "{spec:?}");
+            assert!(
+                spec.not_compiled()
+                    .to_string()
+                    .starts_with(&format!("provider '{}' is not", spec.provider())),
+                "{spec:?}"
+            );
+        }
+    }
+
+    #[cfg(not(feature = "anthropic"))]
+    #[test]
+    fn anthropic_without_its_feature_is_refused_by_name() {
+        let built = ModelSpec::parse("anthropic:claude")
+            .unwrap()
+            .build_with_env(env(&[("ANTHROPIC_API_KEY", "k")]));
+        assert_eq!(
+            built.err(),
+            Some(SpecError::ProviderNotCompiled {
+                provider: "anthropic",
+                feature: "anthropic"
+            })
+        );
+    }
+
+    #[cfg(not(feature = "openai"))]
+    #[test]
+    fn openai_compatible_specs_without_the_feature_are_refused_by_name() {
+        let built = ModelSpec::parse("ollama:llama3.2")
+            .unwrap()
+            .build_with_env(env(&[]));
+        assert_eq!(
+            built.err(),
+            Some(SpecError::ProviderNotCompiled {
+                provider: "ollama",
+                feature: "openai"
+            })
+        );
     }
 }

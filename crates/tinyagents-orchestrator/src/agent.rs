@@ -1,10 +1,10 @@
-//! `Agent`: one agent built from its definition, and `ActiveAgent`, the
+//! `BuiltAgent`: one agent built from its definition, and `ActiveAgent`, the
 //! requested agent bound to the posture and sessions of a request.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use tinyagents_core::{AgentId, Message, RunStatus};
+use tinyagents_core::{AgentId, Message};
 use tinyagents_harness::{AgentHarness, AgentRun, EventSink, RunRequest};
 use tinyagents_middleware::{Middleware, ToolMiddleware};
 
@@ -12,7 +12,7 @@ use crate::compaction::HistoryReducer;
 use crate::definition::AgentDefinition;
 use crate::error::RunError;
 use crate::governance::OmittedTool;
-use crate::session::{ChatTurn, SessionManager, SessionRecord, SessionScope, Transcript};
+use crate::session::{ChatTurn, SessionManager, SessionScope};
 
 /// How an agent was built.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -36,12 +36,12 @@ pub(crate) struct PostureBuild {
 /// An agent built from its definition. It holds one harness per posture it
 /// can run under (open and air-gapped; only air-gapped for a local-only
 /// definition), so the same instance serves callers of either posture.
-pub struct Agent {
+pub struct BuiltAgent {
     pub(crate) definition: Arc<AgentDefinition>,
     pub(crate) role: AgentRole,
     pub(crate) open: Option<PostureBuild>,
     pub(crate) air_gapped: PostureBuild,
-    pub(crate) children: Vec<Arc<Agent>>,
+    pub(crate) children: Vec<Arc<BuiltAgent>>,
     pub(crate) reducer: Option<Arc<dyn HistoryReducer>>,
     pub(crate) workspaces: Arc<[PathBuf]>,
     pub(crate) context_providers: Vec<String>,
@@ -49,9 +49,9 @@ pub struct Agent {
     pub(crate) host_tool_middleware: Vec<Arc<dyn ToolMiddleware>>,
 }
 
-impl std::fmt::Debug for Agent {
+impl std::fmt::Debug for BuiltAgent {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Agent")
+        f.debug_struct("BuiltAgent")
             .field("id", &self.definition.id)
             .field("role", &self.role)
             .field(
@@ -62,7 +62,7 @@ impl std::fmt::Debug for Agent {
     }
 }
 
-impl Agent {
+impl BuiltAgent {
     /// The definition it was built from.
     pub fn definition(&self) -> &Arc<AgentDefinition> {
         &self.definition
@@ -111,7 +111,7 @@ impl Agent {
 
     /// The agents it can call, as captured when it was built (a snapshot:
     /// later builds never change them).
-    pub fn agent_tools(&self) -> &[Arc<Agent>] {
+    pub fn agent_tools(&self) -> &[Arc<BuiltAgent>] {
         &self.children
     }
 
@@ -160,7 +160,7 @@ impl Agent {
         definition: &AgentDefinition,
         middleware: &[Arc<dyn Middleware>],
         tool_middleware: &[Arc<dyn ToolMiddleware>],
-        children: &[Arc<Agent>],
+        children: &[Arc<BuiltAgent>],
     ) -> bool {
         *self.definition == *definition
             && same_arcs(&self.host_middleware, middleware)
@@ -177,7 +177,7 @@ fn same_arcs<T: ?Sized>(a: &[Arc<T>], b: &[Arc<T>]) -> bool {
 /// air-gap posture and to the orchestrator's sessions.
 #[derive(Clone)]
 pub struct ActiveAgent {
-    pub(crate) agent: Arc<Agent>,
+    pub(crate) agent: Arc<BuiltAgent>,
     pub(crate) air_gapped: bool,
     pub(crate) sessions: Arc<SessionManager>,
 }
@@ -193,7 +193,7 @@ impl std::fmt::Debug for ActiveAgent {
 
 impl ActiveAgent {
     /// The built agent (shared with the orchestrator's cache when cached).
-    pub fn agent(&self) -> &Arc<Agent> {
+    pub fn agent(&self) -> &Arc<BuiltAgent> {
         &self.agent
     }
 
@@ -214,68 +214,6 @@ impl ActiveAgent {
             .run(request, self.air_gapped, events)
             .await
             .map_err(|source| RunError::Run { source })
-    }
-
-    /// Runs it in the session `scope`: the stored conversation (compacted)
-    /// comes before `request.history`, the session travels in the run's
-    /// properties (so the agents it calls keep child sessions inside it),
-    /// and what the run added is appended to the conversation when the run
-    /// completes (the conversation is rewritten whole when compaction cuts
-    /// it). A failed, cancelled, stopped or suspended run leaves the
-    /// session as it was.
-    pub async fn run_in_session(
-        &self,
-        scope: &SessionScope,
-        mut request: RunRequest,
-        events: &EventSink,
-    ) -> Result<AgentRun, RunError> {
-        let _held = self.sessions.lock(&scope.id).await;
-        let mut record = self
-            .sessions
-            .load(scope)
-            .await
-            .map_err(|source| RunError::Session { source })?;
-        let stored = Transcript::conversation_only(std::mem::take(&mut record.messages));
-        let (history, rewritten) = self.agent.run_history(stored, false);
-        let mut history = history.into_conversation();
-        let stored = history.len();
-        history.append(&mut request.history);
-        let given = history.len();
-        request.history = history;
-        let input = request.input.clone();
-        scope.write_to(&mut request.properties);
-        let run = self.run(request, events).await?;
-        if matches!(run.status, RunStatus::Completed | RunStatus::Terminated) {
-            // Appending keeps the stored record's agent: only when it is
-            // this one (a whole save would set it).
-            let same_record =
-                record.revision > 0 && record.agent_id.as_ref() == Some(self.agent.id());
-            let appended = self
-                .agent
-                .appended_from(&run.messages, stored, given, &input)
-                .filter(|_| same_record && !rewritten);
-            match appended {
-                // `appended_from` only answers an index inside the messages.
-                Some(start) => {
-                    self.sessions
-                        .append(scope, record.revision, &run.messages[start..])
-                        .await
-                        .map_err(|source| RunError::Session { source })?;
-                }
-                None => {
-                    let saved = SessionRecord {
-                        agent_id: Some(self.agent.id().clone()),
-                        messages: self.agent.kept_history(run.messages.clone()),
-                        ..record
-                    };
-                    self.sessions
-                        .save(scope, &saved)
-                        .await
-                        .map_err(|source| RunError::Session { source })?;
-                }
-            }
-        }
-        Ok(run)
     }
 
     /// What a person may read of the session `scope`.

@@ -9,28 +9,69 @@ use tinyagents_harness::{AgentHarness, AgentHarnessBuilder};
 use tinyagents_ledger::{EffectLedger, LedgerFailure};
 use tinytools::Tool;
 
-use crate::agent::{Agent, AgentRole, PostureBuild};
+use crate::agent::{AgentRole, BuiltAgent, PostureBuild};
 use crate::compaction::{HistoryReducer, KeepLastMessages};
 use crate::context::{ContextProvider, attaches};
 use crate::definition::{AgentDefinition, Compaction};
 use crate::error::BuildError;
-use crate::governance::{ApprovalHold, FunctionLoopCaps, ToolSelection};
+use crate::governance::{
+    ApprovalHold, AutoApproval, FunctionLoopCaps, MAX_CONSECUTIVE_ERRORS_PER_REQUEST,
+    MAX_ITERATIONS_PER_REQUEST, ToolSelection,
+};
 use crate::provider::{AgentAsToolProvider, AgentToolOptions};
 use crate::request::AgentBuildRequest;
 use crate::session::SessionManager;
 use crate::workspace::WorkspaceWrap;
 
-/// What every build of an orchestrator shares.
-pub(crate) struct BuildContext<'a> {
-    pub(crate) request: &'a AgentBuildRequest,
-    pub(crate) limits: &'a RunLimits,
+/// What governs every agent a builder makes, whether it builds from
+/// definitions (the orchestrator) or from code (`Agent::builder`): the run
+/// limits (40 model calls by default), the consecutive-failure cap, whether
+/// tool errors reach the model (off), how agent tools behave, and the
+/// ledger.
+#[derive(Clone)]
+pub(crate) struct Governance {
+    pub(crate) limits: RunLimits,
     pub(crate) max_consecutive_errors: u32,
     pub(crate) detailed_errors: bool,
     pub(crate) tool_options: AgentToolOptions,
+    pub(crate) ledger: Option<Arc<dyn EffectLedger>>,
+    pub(crate) ledger_failure: LedgerFailure,
+}
+
+impl Default for Governance {
+    fn default() -> Self {
+        Self {
+            limits: RunLimits::default().with_max_model_calls(MAX_ITERATIONS_PER_REQUEST),
+            max_consecutive_errors: MAX_CONSECUTIVE_ERRORS_PER_REQUEST,
+            detailed_errors: false,
+            tool_options: AgentToolOptions::default(),
+            ledger: None,
+            ledger_failure: LedgerFailure::default(),
+        }
+    }
+}
+
+impl std::fmt::Debug for Governance {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Governance")
+            .field("limits", &self.limits)
+            .field("max_consecutive_errors", &self.max_consecutive_errors)
+            .field("detailed_errors", &self.detailed_errors)
+            .field("tool_options", &self.tool_options)
+            .field("ledger", &self.ledger.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+/// What every build of an orchestrator shares.
+pub(crate) struct BuildContext<'a> {
+    pub(crate) request: &'a AgentBuildRequest,
+    pub(crate) governance: &'a Governance,
     pub(crate) sessions: &'a Arc<SessionManager>,
     pub(crate) reducers: &'a HashMap<String, Arc<dyn HistoryReducer>>,
+    /// The ledger the agent records in: the governance's, or one it
+    /// inherits from the agent that calls it.
     pub(crate) ledger: Option<&'a Arc<dyn EffectLedger>>,
-    pub(crate) ledger_failure: LedgerFailure,
 }
 
 /// What does not depend on the posture.
@@ -48,19 +89,20 @@ impl BuildContext<'_> {
         &self,
         definition: &Arc<AgentDefinition>,
         role: AgentRole,
-        children: Vec<Arc<Agent>>,
-    ) -> Result<Agent, BuildError> {
+        children: Vec<Arc<BuiltAgent>>,
+    ) -> Result<BuiltAgent, BuildError> {
         let active = role == AgentRole::Active;
+        let warnings = self.wiring(definition, &children)?;
         let shape = self.shape(definition, active)?;
         let provider = AgentAsToolProvider::new(children, Arc::clone(self.sessions))
-            .with_options(self.tool_options);
+            .with_options(self.governance.tool_options);
         let open = if definition.is_local_only {
             None
         } else {
-            Some(self.posture(definition, active, false, &shape, &provider)?)
+            Some(self.posture(definition, active, false, &shape, &provider, &warnings)?)
         };
-        let air_gapped = self.posture(definition, active, true, &shape, &provider)?;
-        Ok(Agent {
+        let air_gapped = self.posture(definition, active, true, &shape, &provider, &warnings)?;
+        Ok(BuiltAgent {
             definition: Arc::clone(definition),
             role,
             open,
@@ -76,6 +118,55 @@ impl BuildContext<'_> {
             host_middleware: self.request.run_middleware.clone(),
             host_tool_middleware: self.request.tool_middleware.clone(),
         })
+    }
+
+    /// Checks what `definition` names: an ordinary tool the host does not
+    /// have is a build error (or, when the request allows missing tools, a
+    /// warning); an agent tool id that resolves to no visible exposed
+    /// agent is omitted (the specification's rule for catalogue data that
+    /// changes under a running host) and reported. Returns the warnings
+    /// every run of the agent reports.
+    fn wiring(
+        &self,
+        definition: &AgentDefinition,
+        children: &[Arc<BuiltAgent>],
+    ) -> Result<Vec<String>, BuildError> {
+        let mut warnings = Vec::new();
+        let host: Vec<String> = self.request.tools.names().map(str::to_owned).collect();
+        for tool in &definition.tools {
+            if self.request.tools.get(tool).is_some() {
+                continue;
+            }
+            let error = BuildError::UnknownTool {
+                agent: definition.id.clone(),
+                tool: tool.clone(),
+                available: host.clone(),
+            };
+            if !self.request.allow_missing_tools {
+                return Err(error);
+            }
+            warnings.push(format!("{error}: omitted"));
+        }
+        let exposed: Vec<String> = self
+            .request
+            .definitions
+            .iter()
+            .filter(|d| d.is_exposed_as_tool && d.id != definition.id)
+            .map(|d| d.id.to_string())
+            .collect();
+        for id in &definition.agent_tool_ids {
+            let resolved = *id == definition.id
+                || children.iter().any(|c| c.id() == id)
+                || exposed.iter().any(|e| e == id.as_str());
+            if !resolved {
+                warnings.push(format!(
+                    "agent '{}' names agent tool '{id}', which is not a visible agent exposed as a tool: omitted (exposed agents: {})",
+                    definition.id,
+                    crate::error::list(&exposed)
+                ));
+            }
+        }
+        Ok(warnings)
     }
 
     fn shape(&self, definition: &AgentDefinition, active: bool) -> Result<Shape, BuildError> {
@@ -133,6 +224,7 @@ impl BuildContext<'_> {
         air_gapped: bool,
         shape: &Shape,
         provider: &AgentAsToolProvider,
+        warnings: &[String],
     ) -> Result<PostureBuild, BuildError> {
         let mut selection = ToolSelection::default();
         let mut seen = HashSet::new();
@@ -155,13 +247,18 @@ impl BuildContext<'_> {
         let mut builder = AgentHarness::builder(Arc::clone(&shape.model))
             .agent_id(definition.id.clone())
             .model_options(shape.options.clone())
-            .limits(self.limits.clone())
-            .include_detailed_errors(self.detailed_errors)
-            .middleware(Arc::new(FunctionLoopCaps::new(self.max_consecutive_errors)));
+            .limits(self.governance.limits.clone())
+            .include_detailed_errors(self.governance.detailed_errors)
+            .middleware(Arc::new(FunctionLoopCaps::new(
+                self.governance.max_consecutive_errors,
+            )));
+        for warning in warnings {
+            builder = builder.warning(warning.clone());
+        }
         if let Some(ledger) = self.ledger {
             builder = builder
                 .ledger(Arc::clone(ledger))
-                .ledger_failure(self.ledger_failure);
+                .ledger_failure(self.governance.ledger_failure);
         }
         if !shape.instruction.is_empty() {
             builder = builder.system_prompt(shape.instruction.clone());
@@ -169,6 +266,11 @@ impl BuildContext<'_> {
         if !selection.needs_approval.is_empty() {
             builder = builder.middleware(Arc::new(ApprovalHold::new(std::mem::take(
                 &mut selection.needs_approval,
+            ))));
+        }
+        if !selection.auto_approved.is_empty() {
+            builder = builder.middleware(Arc::new(AutoApproval::new(std::mem::take(
+                &mut selection.auto_approved,
             ))));
         }
         for middleware in &self.request.run_middleware {

@@ -6,14 +6,14 @@ use std::sync::Arc;
 use parking_lot::RwLock;
 use tinyagents_core::AgentId;
 
-use crate::agent::Agent;
+use crate::agent::BuiltAgent;
 
 /// The exposed agents an orchestrator has built, by id (the spec's
 /// `AIAgentCollection`). Providers capture agents out of it at build time;
 /// replacing an entry never changes what a provider captured.
 #[derive(Debug, Default)]
 pub struct AgentCollection {
-    agents: RwLock<HashMap<AgentId, Arc<Agent>>>,
+    agents: RwLock<HashMap<AgentId, Arc<BuiltAgent>>>,
 }
 
 /// The name the specification uses.
@@ -26,17 +26,17 @@ impl AgentCollection {
     }
 
     /// The agent `id`.
-    pub fn get(&self, id: &AgentId) -> Option<Arc<Agent>> {
+    pub fn get(&self, id: &AgentId) -> Option<Arc<BuiltAgent>> {
         self.agents.read().get(id).cloned()
     }
 
     /// Adds `agent` under its id, returning the one it replaces.
-    pub fn insert(&self, agent: Arc<Agent>) -> Option<Arc<Agent>> {
+    pub fn insert(&self, agent: Arc<BuiltAgent>) -> Option<Arc<BuiltAgent>> {
         self.agents.write().insert(agent.id().clone(), agent)
     }
 
     /// Removes the agent `id`, returning it.
-    pub fn remove(&self, id: &AgentId) -> Option<Arc<Agent>> {
+    pub fn remove(&self, id: &AgentId) -> Option<Arc<BuiltAgent>> {
         self.agents.write().remove(id)
     }
 

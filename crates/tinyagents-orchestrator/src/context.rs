@@ -39,7 +39,7 @@ pub enum ContextKind {
 /// (active) agent; a `Shared` provider attaches to delegated builds too
 /// only when [`ContextProvider::active_only`] returns `false`.
 pub trait ContextProvider: Send + Sync {
-    /// A name for diagnostics ([`crate::Agent::context_providers`]).
+    /// A name for diagnostics ([`crate::BuiltAgent::context_providers`]).
     fn name(&self) -> &str;
 
     /// What the provider supplies.

@@ -1,6 +1,7 @@
 //! The errors of building agents and of delegated calls.
 
 use tinyagents_core::{AgentId, RunStatus, TinyAgentsError};
+use tinyagents_harness::SuspendedRun;
 
 use crate::session::SessionError;
 
@@ -58,6 +59,31 @@ pub enum BuildError {
         /// What asked for it again.
         second: String,
     },
+    /// The definition names an ordinary tool the host does not have (a
+    /// typo, or a tool not registered). Allow missing tools on the request
+    /// ([`AgentBuildRequest::allow_missing_tools`](crate::AgentBuildRequest::allow_missing_tools))
+    /// to omit it instead, reported by a `Warning` event on every run.
+    #[error(
+        "agent '{agent}' names tool '{tool}', which the host does not have (available: {})",
+        list(available)
+    )]
+    UnknownTool {
+        /// The agent.
+        agent: AgentId,
+        /// The name it gave.
+        tool: String,
+        /// The host's tools, sorted.
+        available: Vec<String>,
+    },
+    /// An agent built in code was given what does not hold together; every
+    /// problem found is listed.
+    #[error("agent '{agent}' could not be built: {}", problems.join("; "))]
+    Invalid {
+        /// The agent.
+        agent: AgentId,
+        /// What is wrong, one sentence each.
+        problems: Vec<String>,
+    },
     /// The harness refused the configuration.
     #[error("agent '{agent}' could not be built: {source}")]
     Harness {
@@ -66,6 +92,15 @@ pub enum BuildError {
         /// The harness's error.
         source: TinyAgentsError,
     },
+}
+
+/// `names` for a message: comma-separated, or "none".
+pub(crate) fn list(names: &[String]) -> String {
+    if names.is_empty() {
+        "none".to_owned()
+    } else {
+        names.join(", ")
+    }
 }
 
 /// Why a delegated call failed. The agent tool raises it (as the tool's
@@ -100,6 +135,12 @@ pub enum AgentToolError {
     },
 }
 
+impl From<TinyAgentsError> for RunError {
+    fn from(source: TinyAgentsError) -> Self {
+        Self::Run { source }
+    }
+}
+
 /// Why a run of a requested agent failed.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[non_exhaustive]
@@ -115,5 +156,32 @@ pub enum RunError {
     Session {
         /// The store's error.
         source: SessionError,
+    },
+    /// A typed run ended without an answer: it waits for approval (resume
+    /// it from `suspended`), stopped at a limit, or was cancelled.
+    #[error("the run ended {status:?} without an answer")]
+    Unanswered {
+        /// How it ended.
+        status: RunStatus,
+        /// Its state, when it waits for approval.
+        suspended: Option<Box<SuspendedRun>>,
+    },
+    /// A typed run's answers never matched the schema.
+    #[error("the answer does not match '{schema}' after {attempts} attempts: {problem}")]
+    InvalidOutput {
+        /// The schema's name.
+        schema: String,
+        /// Answers read.
+        attempts: u32,
+        /// What was wrong with the last one.
+        problem: String,
+    },
+    /// The type's schema does not compile.
+    #[error("the output schema '{schema}' does not compile: {message}")]
+    OutputSchema {
+        /// The schema's name.
+        schema: String,
+        /// The compiler's complaint.
+        message: String,
     },
 }

@@ -47,7 +47,11 @@ pub struct OmittedTool {
 #[derive(Default)]
 pub(crate) struct ToolSelection {
     pub(crate) included: Vec<Arc<dyn Tool>>,
+    /// The tools the definition holds for a person (`RequireApproval`);
+    /// those whose spec asks for a person the harness holds itself.
     pub(crate) needs_approval: BTreeSet<String>,
+    /// Tools whose spec asks for a person that the definition auto-approves.
+    pub(crate) auto_approved: BTreeSet<String>,
     pub(crate) omitted: Vec<OmittedTool>,
 }
 
@@ -80,20 +84,27 @@ impl ToolSelection {
             self.omitted.push(omit(OmitReason::NetworkEgress));
             return;
         }
-        let needs_approval = policy == ToolPolicy::RequireApproval
-            || (spec.approval_required && policy != ToolPolicy::AutoApprove);
-        if needs_approval {
+        // The harness holds a tool whose spec flags it (approval_required
+        // or external) for a person, failing closed; only an approval
+        // lets it run.
+        let flagged = spec.approval_required || spec.external;
+        let held = policy == ToolPolicy::RequireApproval;
+        if held || (flagged && policy != ToolPolicy::AutoApprove) {
             if !active {
                 self.omitted.push(omit(OmitReason::ApprovalRequired));
                 return;
             }
-            self.needs_approval.insert(name.to_owned());
+            if held {
+                self.needs_approval.insert(name.to_owned());
+            }
+        } else if flagged {
+            self.auto_approved.insert(name.to_owned());
         }
         self.included.push(Arc::clone(tool));
     }
 }
 
-/// Holds the active agent's approval-required tools for a person: a
+/// Holds the tools an active agent's definition requires approval for: a
 /// model-issued call defers its run until its id and arguments are
 /// approved; a nested call, which cannot wait, is refused.
 #[derive(Debug, Clone)]
@@ -113,15 +124,46 @@ impl CallPolicy for ApprovalHold {
     }
 
     fn decide(&self, ctx: &RunContext, call: &ToolCall) -> ToolVerdict {
-        if !self.tools.contains(&call.name) || (!call.id.is_nested() && ctx.is_call_approved(call))
-        {
-            ToolVerdict::Allow
+        let waits = call.id.is_nested() || !ctx.is_call_approved(call);
+        if self.tools.contains(&call.name) && waits {
+            ToolVerdict::defer(format!("tool '{}' requires a person's approval", call.name))
         } else {
-            ToolVerdict::defer(format!(
-                "tool '{}' requires approval by the agent's policy",
-                call.name
-            ))
+            ToolVerdict::Allow
         }
+    }
+}
+
+/// Approves the model-issued calls of tools whose spec asks for a person
+/// and whose definition says `AutoApprove`: the definition is the decision.
+/// A nested call of such a tool is still refused by the harness (a flagged
+/// tool never runs nested without a person, and none can be asked).
+#[derive(Debug, Clone)]
+pub(crate) struct AutoApproval {
+    tools: BTreeSet<String>,
+}
+
+impl AutoApproval {
+    pub(crate) fn new(tools: BTreeSet<String>) -> Self {
+        Self { tools }
+    }
+}
+
+#[async_trait]
+impl Middleware for AutoApproval {
+    fn name(&self) -> &str {
+        "agent_auto_approval"
+    }
+
+    async fn before_tool(
+        &self,
+        ctx: &mut RunContext,
+        _state: &State,
+        call: &mut ToolCall,
+    ) -> Result<ToolVerdict, TinyAgentsError> {
+        if self.tools.contains(&call.name) && !call.id.is_nested() {
+            ctx.approve_call(call);
+        }
+        Ok(ToolVerdict::Allow)
     }
 }
 

@@ -7,7 +7,7 @@
 //! still starts with the history as given, and nothing in what was added
 //! would be dropped or cut (no standing instruction, nothing the reducer
 //! would shorten), the session is stored by appending what the run added;
-//! otherwise it is rewritten whole, as [`Agent::kept_history`] makes it. A
+//! otherwise it is rewritten whole, as [`BuiltAgent::kept_history`] makes it. A
 //! middleware that changes the history in place, keeping its length, is
 //! not told apart: the session keeps the messages as they were stored.
 //!
@@ -20,7 +20,7 @@
 
 use tinyagents_core::Message;
 
-use crate::agent::Agent;
+use crate::agent::BuiltAgent;
 use crate::compaction::HistoryReducer;
 use crate::session::Transcript;
 
@@ -84,7 +84,7 @@ pub(crate) fn appended_from(
     (reduced && !added.iter().any(is_instruction)).then_some(start)
 }
 
-impl Agent {
+impl BuiltAgent {
     /// [`run_history`] under this agent's compaction.
     pub(crate) fn run_history(&self, stored: Transcript, clean: bool) -> (Transcript, bool) {
         run_history(self.reducer.as_deref(), stored, clean)

@@ -3,7 +3,7 @@
 //! A host describes its agents as [`AgentDefinition`]s. An
 //! [`AgentOrchestrator`] builds the agent a user asked for
 //! ([`AgentOrchestrator::get_or_create_agent`]) together with the exposed
-//! agents it may call, each as an [`Agent`] running on its own
+//! agents it may call, each as a [`BuiltAgent`] running on its own
 //! `AgentHarness`. An agent that lists an exposed agent in its
 //! `agent_tool_ids` gets a function for it ([`AgentAsTool`], made by an
 //! [`AgentAsToolProvider`]): calling the function starts a separate run of
@@ -27,10 +27,11 @@
 //!   on every agent and seeing its identity;
 //! - the build cache of exposed agents, with [`AgentOrchestrator::evict`]
 //!   and [`AgentOrchestrator::invalidate`];
-//! - beyond the specification: `RunLimits::max_depth` caps chains of
-//!   agents at run time, child events reach the caller's stream, child run
-//!   ids name their calling call ([`child_run_id`]), an opt-in tree-wide
-//!   budget and an opt-in parallel delegation.
+//! - additions of tinyagents (`docs/rules.md`, AT-31 and AT-32):
+//!   `RunLimits::max_depth` caps chains of agents at run time, child
+//!   events reach the caller's stream, child run ids name their calling
+//!   call ([`child_run_id`]), an opt-in tree-wide budget and an opt-in
+//!   parallel delegation.
 //!
 //! It is not the agent loop (`tinyagents-harness`), a model provider
 //! (`tinyagents-models`), or a store of definitions a host must use: any
@@ -42,6 +43,7 @@
 mod agent;
 mod build;
 mod catalog;
+mod code;
 mod collection;
 mod compaction;
 mod context;
@@ -55,10 +57,14 @@ mod orchestrator;
 mod provider;
 mod request;
 mod session;
+mod session_run;
 mod workspace;
 
-pub use agent::{ActiveAgent, Agent, AgentRole};
+pub use agent::{ActiveAgent, AgentRole, BuiltAgent};
 pub use catalog::{AgentCatalog, CatalogError, find_collision};
+pub use code::{
+    Agent, AgentBuilder, AgentTool, IntoAgentTool, OUTPUT_RETRIES, Typed, output_schema,
+};
 pub use collection::{AIAgentCollection, AgentCollection};
 pub use compaction::{HistoryReducer, KeepLastMessages};
 pub use context::{ContextKind, ContextProvider, ContextProviderFactory, NoContextProviders};
@@ -79,11 +85,13 @@ pub use request::{
     AgentBuildRequest, AgentBuilderCustomizer, BuilderCustomizer, HostTools, OptionsCustomizer,
 };
 pub use session::{
-    ChatRole, ChatTurn, INCOGNITO_PROPERTY, InMemorySessionStore, SESSION_APPLICATION_ID,
-    SESSION_FORMAT, SESSION_PROPERTY, SESSION_SCHEMA_VERSION, SessionError, SessionManager,
-    SessionRecord, SessionScope, SessionStamp, SessionStore, SqliteSessionStore, child_session_id,
-    normalize_conversation, transcript,
+    ChatRole, ChatTurn, INCOGNITO_PROPERTY, InMemorySessionStore, SESSION_FORMAT, SESSION_PROPERTY,
+    SessionError, SessionManager, SessionRecord, SessionScope, SessionStamp, SessionStore,
+    child_session_id, normalize_conversation, transcript,
 };
+#[cfg(feature = "sqlite")]
+pub use session::{SESSION_APPLICATION_ID, SESSION_SCHEMA_VERSION, SqliteSessionStore};
+pub use session_run::SESSION_TURN_PROPERTY;
 pub use workspace::{
     DefinitionWorkspaces, WorkspaceReadTool, WorkspaceResolver, WorkspaceWrap,
     resolve_in_workspaces,

@@ -7,14 +7,13 @@ use parking_lot::Mutex;
 use tinyagents_core::{AgentId, RunLimits};
 use tinyagents_ledger::{EffectLedger, LedgerFailure};
 
-use crate::agent::{ActiveAgent, Agent, AgentRole};
-use crate::build::BuildContext;
+use crate::agent::{ActiveAgent, AgentRole, BuiltAgent};
+use crate::build::{BuildContext, Governance};
 use crate::collection::AgentCollection;
 use crate::compaction::HistoryReducer;
 use crate::definition::AgentDefinition;
 use crate::error::BuildError;
-use crate::governance::{MAX_CONSECUTIVE_ERRORS_PER_REQUEST, MAX_ITERATIONS_PER_REQUEST};
-use crate::provider::{AgentAsToolProvider, AgentToolOptions};
+use crate::provider::AgentAsToolProvider;
 use crate::request::AgentBuildRequest;
 use crate::session::{SessionManager, SessionStore};
 
@@ -34,15 +33,10 @@ use crate::session::{SessionManager, SessionStore};
 /// [`AgentOrchestrator::evict`] the agent or [`AgentOrchestrator::invalidate`].
 pub struct AgentOrchestrator {
     agents: Arc<AgentCollection>,
-    requested: Mutex<HashMap<AgentId, Arc<Agent>>>,
+    requested: Mutex<HashMap<AgentId, Arc<BuiltAgent>>>,
     sessions: Arc<SessionManager>,
     reducers: HashMap<String, Arc<dyn HistoryReducer>>,
-    limits: RunLimits,
-    max_consecutive_errors: u32,
-    detailed_errors: bool,
-    tool_options: AgentToolOptions,
-    ledger: Option<Arc<dyn EffectLedger>>,
-    ledger_failure: LedgerFailure,
+    governance: Governance,
     build_lock: Mutex<()>,
 }
 
@@ -50,10 +44,7 @@ impl std::fmt::Debug for AgentOrchestrator {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("AgentOrchestrator")
             .field("agents", &self.agents.ids())
-            .field("limits", &self.limits)
-            .field("max_consecutive_errors", &self.max_consecutive_errors)
-            .field("detailed_errors", &self.detailed_errors)
-            .field("tool_options", &self.tool_options)
+            .field("governance", &self.governance)
             .finish_non_exhaustive()
     }
 }
@@ -61,8 +52,8 @@ impl std::fmt::Debug for AgentOrchestrator {
 impl AgentOrchestrator {
     /// An orchestrator keeping sessions in `store`, with the per-request
     /// caps of every built agent at their defaults: 40 model calls
-    /// ([`MAX_ITERATIONS_PER_REQUEST`]) and 3 consecutive failing
-    /// iterations ([`MAX_CONSECUTIVE_ERRORS_PER_REQUEST`]), detailed tool
+    /// ([`MAX_ITERATIONS_PER_REQUEST`](crate::MAX_ITERATIONS_PER_REQUEST)) and 3 consecutive failing
+    /// iterations ([`MAX_CONSECUTIVE_ERRORS_PER_REQUEST`](crate::MAX_CONSECUTIVE_ERRORS_PER_REQUEST)), detailed tool
     /// errors kept from the model, agent tools serial and budgets per run.
     pub fn new(store: Arc<dyn SessionStore>) -> Self {
         Self {
@@ -70,28 +61,40 @@ impl AgentOrchestrator {
             requested: Mutex::new(HashMap::new()),
             sessions: Arc::new(SessionManager::new(store)),
             reducers: HashMap::new(),
-            limits: RunLimits::default().with_max_model_calls(MAX_ITERATIONS_PER_REQUEST),
-            max_consecutive_errors: MAX_CONSECUTIVE_ERRORS_PER_REQUEST,
-            detailed_errors: false,
-            tool_options: AgentToolOptions::default(),
-            ledger: None,
-            ledger_failure: LedgerFailure::default(),
+            governance: Governance::default(),
             build_lock: Mutex::new(()),
         }
     }
 
     /// Sets the limits of every built agent's runs (including `max_depth`,
-    /// the cap on chains of agents calling agents).
+    /// the cap on chains of agents calling agents). This replaces them
+    /// all, the 40-model-call cap included: to change one, use
+    /// [`map_limits`](Self::map_limits) or
+    /// [`max_nested_depth`](Self::max_nested_depth).
     #[must_use]
     pub fn limits(mut self, limits: RunLimits) -> Self {
-        self.limits = limits;
+        self.governance.limits = limits;
         self
+    }
+
+    /// Changes the limits of every built agent's runs from what they are.
+    #[must_use]
+    pub fn map_limits(mut self, f: impl FnOnce(RunLimits) -> RunLimits) -> Self {
+        self.governance.limits = f(self.governance.limits);
+        self
+    }
+
+    /// Lets every built agent's tools nest calls up to `depth` levels (0
+    /// turns nesting off), leaving every other limit as it is.
+    #[must_use]
+    pub fn max_nested_depth(self, depth: u32) -> Self {
+        self.map_limits(|limits| limits.with_max_nested_depth(depth))
     }
 
     /// Sets how many consecutive failing iterations a request tolerates.
     #[must_use]
     pub fn max_consecutive_errors(mut self, n: u32) -> Self {
-        self.max_consecutive_errors = n;
+        self.governance.max_consecutive_errors = n;
         self
     }
 
@@ -99,7 +102,7 @@ impl AgentOrchestrator {
     /// default; the harness's own refusals always do).
     #[must_use]
     pub fn include_detailed_errors(mut self, include: bool) -> Self {
-        self.detailed_errors = include;
+        self.governance.detailed_errors = include;
         self
     }
 
@@ -107,7 +110,7 @@ impl AgentOrchestrator {
     /// still wait for each other. Off by default.
     #[must_use]
     pub fn parallel_delegation(mut self, parallel: bool) -> Self {
-        self.tool_options.parallel = parallel;
+        self.governance.tool_options.parallel = parallel;
         self
     }
 
@@ -115,7 +118,7 @@ impl AgentOrchestrator {
     /// Off by default.
     #[must_use]
     pub fn shared_budget(mut self, shared: bool) -> Self {
-        self.tool_options.shared_budget = shared;
+        self.governance.tool_options.shared_budget = shared;
         self
     }
 
@@ -125,7 +128,7 @@ impl AgentOrchestrator {
     /// started it.
     #[must_use]
     pub fn ledger(mut self, ledger: Arc<dyn EffectLedger>) -> Self {
-        self.ledger = Some(ledger);
+        self.governance.ledger = Some(ledger);
         self
     }
 
@@ -133,7 +136,7 @@ impl AgentOrchestrator {
     /// ([`LedgerFailure::Abort`] by default).
     #[must_use]
     pub fn ledger_failure(mut self, failure: LedgerFailure) -> Self {
-        self.ledger_failure = failure;
+        self.governance.ledger_failure = failure;
         self
     }
 
@@ -156,14 +159,15 @@ impl AgentOrchestrator {
     }
 
     /// The cached requested agent `id`, if any.
-    pub fn cached_requested(&self, id: &AgentId) -> Option<Arc<Agent>> {
+    pub fn cached_requested(&self, id: &AgentId) -> Option<Arc<BuiltAgent>> {
         self.requested.lock().get(id).cloned()
     }
 
     /// A provider of `agents` with this orchestrator's sessions and tool
     /// options (for hosts that expose agents to a harness of their own).
-    pub fn provider(&self, agents: Vec<Arc<Agent>>) -> AgentAsToolProvider {
-        AgentAsToolProvider::new(agents, Arc::clone(&self.sessions)).with_options(self.tool_options)
+    pub fn provider(&self, agents: Vec<Arc<BuiltAgent>>) -> AgentAsToolProvider {
+        AgentAsToolProvider::new(agents, Arc::clone(&self.sessions))
+            .with_options(self.governance.tool_options)
     }
 
     /// Drops the cached builds of `id` (exposed and requested); the next
@@ -206,14 +210,10 @@ impl AgentOrchestrator {
         }
         let builder = BuildContext {
             request: &request,
-            limits: &self.limits,
-            max_consecutive_errors: self.max_consecutive_errors,
-            detailed_errors: self.detailed_errors,
-            tool_options: self.tool_options,
+            governance: &self.governance,
             sessions: &self.sessions,
             reducers: &self.reducers,
-            ledger: self.ledger.as_ref(),
-            ledger_failure: self.ledger_failure,
+            ledger: self.governance.ledger.as_ref(),
         };
         let mut walk = Walk {
             orchestrator: self,
@@ -249,7 +249,7 @@ impl AgentOrchestrator {
         Ok(self.active(agent, &request))
     }
 
-    fn active(&self, agent: Arc<Agent>, request: &AgentBuildRequest) -> ActiveAgent {
+    fn active(&self, agent: Arc<BuiltAgent>, request: &AgentBuildRequest) -> ActiveAgent {
         ActiveAgent {
             agent,
             air_gapped: request.air_gapped,
@@ -350,7 +350,7 @@ impl Walk<'_> {
     /// is in progress up the walk are left out: that reference closes a
     /// cycle, which stops at its first visit (an older cached build of
     /// them is never captured instead).
-    fn children_of(&self, definition: &AgentDefinition) -> Vec<Arc<Agent>> {
+    fn children_of(&self, definition: &AgentDefinition) -> Vec<Arc<BuiltAgent>> {
         let mut seen = HashSet::new();
         definition
             .agent_tool_ids

@@ -25,12 +25,13 @@ use tinyagents_core::{
     AgentId, CallId, CancellationToken, RunId, RunStatus, SessionId, TinyAgentsError, ToolReplay,
     ToolResult,
 };
-use tinyagents_harness::{EventSink, RunRequest, ToolExecutionContext};
+use tinyagents_harness::{EventSink, OUTPUT_SCHEMA_PROPERTY, RunRequest, ToolExecutionContext};
 use tinytools::{Reconciled, Tool, ToolCallOptions, ToolRunContext, ToolSpec};
 
-use crate::agent::Agent;
+use crate::agent::BuiltAgent;
 use crate::error::AgentToolError;
 use crate::session::{SESSION_PROPERTY, SessionManager, SessionRecord, SessionScope, Transcript};
+use crate::session_run::SESSION_TURN_PROPERTY;
 
 /// The separator between a parent run id and a call id in a child run id.
 pub const CHILD_RUN_SEPARATOR: &str = "::";
@@ -67,7 +68,7 @@ pub struct AgentToolOptions {
 /// yourself.
 #[derive(Clone)]
 pub struct AgentAsToolProvider {
-    agents: Vec<Arc<Agent>>,
+    agents: Vec<Arc<BuiltAgent>>,
     sessions: Arc<SessionManager>,
     options: AgentToolOptions,
 }
@@ -86,7 +87,7 @@ impl std::fmt::Debug for AgentAsToolProvider {
 
 impl AgentAsToolProvider {
     /// A provider of `agents`, keeping child sessions in `sessions`.
-    pub fn new(agents: Vec<Arc<Agent>>, sessions: Arc<SessionManager>) -> Self {
+    pub fn new(agents: Vec<Arc<BuiltAgent>>, sessions: Arc<SessionManager>) -> Self {
         Self {
             agents,
             sessions,
@@ -102,7 +103,7 @@ impl AgentAsToolProvider {
     }
 
     /// The captured agents, in the given order.
-    pub fn agents(&self) -> &[Arc<Agent>] {
+    pub fn agents(&self) -> &[Arc<BuiltAgent>] {
         &self.agents
     }
 
@@ -125,7 +126,7 @@ impl AgentAsToolProvider {
 
 /// One agent as a function.
 pub struct AgentAsTool {
-    agent: Arc<Agent>,
+    agent: Arc<BuiltAgent>,
     sessions: Arc<SessionManager>,
     options: AgentToolOptions,
     caller_air_gapped: bool,
@@ -166,7 +167,7 @@ impl AgentAsTool {
     /// described by its description; `ToolReplay::Never`; concurrency-safe
     /// only when `options.parallel`.
     pub fn new(
-        agent: Arc<Agent>,
+        agent: Arc<BuiltAgent>,
         sessions: Arc<SessionManager>,
         options: AgentToolOptions,
         caller_air_gapped: bool,
@@ -189,7 +190,7 @@ impl AgentAsTool {
     }
 
     /// The agent it calls.
-    pub fn agent(&self) -> &Arc<Agent> {
+    pub fn agent(&self) -> &Arc<BuiltAgent> {
         &self.agent
     }
 
@@ -237,6 +238,9 @@ impl AgentAsTool {
                 false,
             ),
         };
+        // What the caller's own run asked for is not the child's business.
+        properties.remove(SESSION_TURN_PROPERTY);
+        properties.remove(OUTPUT_SCHEMA_PROPERTY);
         match &child {
             Some((scope, _)) => scope.write_to(&mut properties),
             None => {

@@ -103,6 +103,11 @@ pub struct AgentBuildRequest {
     /// The initiating run's posture: no network-egress tools anywhere in
     /// the tree when set.
     pub air_gapped: bool,
+    /// Whether a definition may name ordinary tools the host does not have:
+    /// omitted, and reported by a `Warning` event on every run of the agent.
+    /// Off by default: such a name is a build error
+    /// ([`BuildError::UnknownTool`](crate::BuildError::UnknownTool)).
+    pub allow_missing_tools: bool,
 }
 
 impl std::fmt::Debug for AgentBuildRequest {
@@ -119,6 +124,7 @@ impl std::fmt::Debug for AgentBuildRequest {
             .field("customizers", &self.has_customizers())
             .field("bypass_cache", &self.bypass_cache)
             .field("air_gapped", &self.air_gapped)
+            .field("allow_missing_tools", &self.allow_missing_tools)
             .finish_non_exhaustive()
     }
 }
@@ -146,6 +152,7 @@ impl AgentBuildRequest {
             agent_customizer: None,
             bypass_cache: false,
             air_gapped: false,
+            allow_missing_tools: false,
         }
     }
 
@@ -226,6 +233,15 @@ impl AgentBuildRequest {
     #[must_use]
     pub fn air_gapped(mut self, air_gapped: bool) -> Self {
         self.air_gapped = air_gapped;
+        self
+    }
+
+    /// Lets definitions name ordinary tools the host does not have: they are
+    /// omitted, and every run of the agent reports each by a `Warning`
+    /// event.
+    #[must_use]
+    pub fn allow_missing_tools(mut self) -> Self {
+        self.allow_missing_tools = true;
         self
     }
 

@@ -6,7 +6,7 @@
 use std::collections::{HashMap, HashSet};
 
 use tinyagents::prelude::*;
-use tinyagents::{CallId, CallStatus, RunId};
+use tinyagents::{core::CallId, core::RunId, ledger::CallStatus};
 
 use crate::drive::{Observation, RUN, SegmentEnd, SegmentKind};
 use crate::plan::History;

@@ -14,10 +14,12 @@ use std::time::Duration;
 use futures_util::FutureExt as _;
 use tinyagents::prelude::*;
 use tinyagents::{
-    AgentBuildRequest, AgentDefinition, AgentOrchestrator, ApprovalDecision, BudgetCounts,
-    BuildError, CallId, CancellationToken, EffectLedger, HostTools, InMemorySessionStore,
-    LedgerRow, MemoryLedger, ModelFactory, ResumeOptions, RunId, SessionStore, SqliteLedger,
-    SuspendedRun,
+    core::BudgetCounts, core::CallId, core::CancellationToken, core::RunId,
+    harness::ApprovalDecision, harness::ResumeOptions, harness::SuspendedRun, ledger::EffectLedger,
+    ledger::LedgerRow, ledger::MemoryLedger, ledger::SqliteLedger, orchestrator::AgentBuildRequest,
+    orchestrator::AgentDefinition, orchestrator::AgentOrchestrator, orchestrator::BuildError,
+    orchestrator::HostTools, orchestrator::InMemorySessionStore, orchestrator::ModelFactory,
+    orchestrator::SessionStore,
 };
 
 use crate::ledger::{Death, SimLedger, blocking};
@@ -147,7 +149,7 @@ impl World {
 
 /// One process of the history.
 struct Process {
-    agent: tinyagents::ActiveAgent,
+    agent: tinyagents::orchestrator::ActiveAgent,
     ledger: Option<Arc<SimLedger>>,
     sqlite: Option<Arc<SqliteLedger>>,
 }

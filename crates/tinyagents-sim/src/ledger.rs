@@ -20,8 +20,9 @@ use std::task::{Context, Poll, Waker};
 
 use tinyagents::ledger::{InDoubt, LedgerResult, Resolve, Timestamp};
 use tinyagents::{
-    CallId, Checkpoint, EffectLedger, LedgerError, LedgerRow, Outcome, PruneReport, RunId,
-    RunState, StartedRow, async_trait,
+    async_trait, core::CallId, core::RunId, ledger::Checkpoint, ledger::EffectLedger,
+    ledger::LedgerError, ledger::LedgerRow, ledger::Outcome, ledger::PruneReport, ledger::RunState,
+    ledger::StartedRow,
 };
 use tokio::sync::Notify;
 

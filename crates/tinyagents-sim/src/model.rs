@@ -5,7 +5,7 @@
 //! history; a helper reads its own from the query it was sent.
 
 use tinyagents::prelude::*;
-use tinyagents::{ChatRequest, ModelError, ModelToolCall, Usage};
+use tinyagents::{core::ChatRequest, core::ModelError, core::ModelToolCall, core::Usage};
 
 use crate::plan::TurnPlan;
 use crate::tools::arguments;

@@ -5,7 +5,10 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use tinyagents::{CallId, EffectLedger, RunId, SessionScope, SessionStore, SqliteLedger};
+use tinyagents::{
+    core::CallId, core::RunId, ledger::EffectLedger, ledger::SqliteLedger,
+    orchestrator::SessionScope, orchestrator::SessionStore,
+};
 
 use crate::drive::{Observation, RUN, World};
 use crate::ledger::{SimLedger, blocking};
@@ -117,7 +120,7 @@ pub(crate) async fn started_rows(history: &History, world: &World) -> Vec<CallId
         .await
         .unwrap_or_default();
     rows.into_iter()
-        .filter(|row| row.status == tinyagents::CallStatus::Started)
+        .filter(|row| row.status == tinyagents::ledger::CallStatus::Started)
         .map(|row| row.call_id)
         .collect()
 }

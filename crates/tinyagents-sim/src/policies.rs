@@ -9,8 +9,10 @@ use std::sync::Arc;
 
 use tinyagents::prelude::*;
 use tinyagents::{
-    AgentHarnessBuilder, HumanApprovalMiddleware, InvalidArgsPolicy, PlanModeMiddleware,
-    RedactionMiddleware, Redactor, RunContext, State, ToolCallRequest, ToolPolicyMiddleware,
+    core::RunContext, core::State, harness::AgentHarnessBuilder,
+    middleware::HumanApprovalMiddleware, middleware::PlanModeMiddleware,
+    middleware::RedactionMiddleware, middleware::Redactor, middleware::ToolCallRequest,
+    middleware::ToolPolicyMiddleware, tools::InvalidArgsPolicy,
 };
 
 use crate::plan::{Callback, GateMode, History};

@@ -8,7 +8,10 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use tinyagents::prelude::*;
-use tinyagents::{CallId, Reconciled, RunId, SideEffects, ToolExecutionContext, ToolReplay};
+use tinyagents::{
+    core::CallId, core::RunId, core::ToolReplay, harness::ToolExecutionContext, tools::Reconciled,
+    tools::SideEffects,
+};
 
 use crate::plan::{Act, ArgsPlan, CallPlan, End, History, ToolDef};
 

@@ -6,8 +6,8 @@ use serde_json::{Map, Value, json};
 use tinyagents_core::{CallId, ToolCall, ToolResult};
 
 use crate::{
-    ArgumentError, FnTool, InvalidArgsPolicy, RegistryError, ToolRegistry, ToolSpec,
-    prepare_arguments,
+    ArgumentError, FnTool, InvalidArgsPolicy, RegistryError, Tool, ToolCallOptions, ToolRegistry,
+    ToolRunContext, ToolSpec, prepare_arguments,
 };
 
 #[derive(serde::Deserialize, schemars::JsonSchema)]
@@ -338,4 +338,124 @@ fn model_dispatch_hides_host_tools() {
         .map(|d| d.name.as_str())
         .collect();
     assert_eq!(names, ["add", "tenant"]);
+}
+
+/// Polls `future` to its end. The futures of these tests never wait, so a
+/// waker that does nothing suffices.
+fn ready<F: std::future::Future>(future: F) -> F::Output {
+    let mut future = std::pin::pin!(future);
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    loop {
+        if let std::task::Poll::Ready(output) = future.as_mut().poll(&mut cx) {
+            return output;
+        }
+    }
+}
+
+/// Runs `tool` once with `{}`, without a context.
+fn run_bare(tool: &dyn Tool) -> anyhow::Result<ToolResult> {
+    ready(tool.execute_with_context(json!({}), ToolCallOptions::default(), None))
+}
+
+#[test]
+fn a_serialisable_return_value_becomes_json_and_a_string_stays_text() {
+    #[derive(serde::Serialize)]
+    struct Sum {
+        sum: i64,
+        parts: Vec<i64>,
+    }
+    let sum = FnTool::new("sum", "Sums.", |_: Map<String, Value>| async move {
+        anyhow::Ok(Sum {
+            sum: 3,
+            parts: vec![1, 2],
+        })
+    });
+    let result = run_bare(&sum).unwrap();
+    assert!(!result.is_error);
+    assert_eq!(
+        serde_json::from_str::<Value>(&result.content).unwrap(),
+        json!({"sum": 3, "parts": [1, 2]})
+    );
+
+    let owned = FnTool::new("owned", "Text.", |_: Map<String, Value>| async move {
+        anyhow::Ok(String::from("plain \"text\""))
+    });
+    assert_eq!(
+        run_bare(&owned).unwrap(),
+        ToolResult::text("plain \"text\"")
+    );
+    let borrowed = FnTool::new("borrowed", "Text.", |_: Map<String, Value>| async move {
+        anyhow::Ok("static text")
+    });
+    assert_eq!(
+        run_bare(&borrowed).unwrap(),
+        ToolResult::text("static text")
+    );
+    // A value that serialises to a JSON string is text, not a quoted string.
+    let string_value = FnTool::new("value", "Text.", |_: Map<String, Value>| async move {
+        anyhow::Ok(json!("from a value"))
+    });
+    assert_eq!(
+        run_bare(&string_value).unwrap(),
+        ToolResult::text("from a value")
+    );
+    let number = FnTool::new("number", "A number.", |_: Map<String, Value>| async move {
+        anyhow::Ok(42_u32)
+    });
+    assert_eq!(run_bare(&number).unwrap(), ToolResult::text("42"));
+}
+
+#[test]
+fn a_tool_result_passes_through_unchanged() {
+    let expected = ToolResult::error("it broke")
+        .with_metadata(json!({"code": 7}))
+        .with_control(tinyagents_core::ToolControl::Terminate);
+    let sent = expected.clone();
+    let tool = FnTool::new("failing", "Fails.", move |_: Map<String, Value>| {
+        let sent = sent.clone();
+        async move { anyhow::Ok(sent) }
+    });
+    let result = run_bare(&tool).unwrap();
+    assert!(result.is_error);
+    assert_eq!(result, expected);
+}
+
+#[test]
+fn a_value_that_cannot_be_serialised_fails_the_call_naming_the_tool() {
+    let tool = FnTool::new("pairs", "Bad keys.", |_: Map<String, Value>| async move {
+        let mut map = std::collections::BTreeMap::new();
+        map.insert((1_u8, 2_u8), "pair");
+        anyhow::Ok(map)
+    });
+    let error = run_bare(&tool).unwrap_err().to_string();
+    assert!(
+        error.starts_with("tool 'pairs' returned a value that cannot be serialised: "),
+        "{error}"
+    );
+}
+
+#[test]
+fn a_context_tool_receives_the_context_and_refuses_to_run_without_one() {
+    let tool = FnTool::with_context(
+        "whoami",
+        "Names the call.",
+        |_: Map<String, Value>, ctx: ToolRunContext| async move {
+            anyhow::Ok(format!("{} {}", ctx.run_id(), ctx.call_id()))
+        },
+    );
+    let context = ToolRunContext::new(
+        tinyagents_core::RunId::new("r1"),
+        CallId::new("c1"),
+        tinyagents_core::CancellationToken::new(),
+    );
+    let result =
+        ready(tool.execute_with_context(json!({}), ToolCallOptions::default(), Some(&context)))
+            .unwrap();
+    assert_eq!(result, ToolResult::text("r1 c1"));
+
+    let error = run_bare(&tool).unwrap_err().to_string();
+    assert_eq!(
+        error,
+        "tool 'whoami' needs the context of a run: call it through a harness"
+    );
 }

@@ -1,6 +1,7 @@
 //! Tools from async functions, with the JSON Schema derived from the
 //! argument type (`schemars`).
 
+use std::any::Any;
 use std::future::Future;
 use std::marker::PhantomData;
 use std::pin::Pin;
@@ -8,6 +9,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use schemars::JsonSchema;
+use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 use tinyagents_core::ToolResult;
@@ -15,36 +17,56 @@ use tinyagents_core::ToolResult;
 use crate::spec::ToolSpec;
 use crate::tool::{Reconciled, Tool, ToolCallOptions, ToolRunContext};
 
-/// What a tool function may return.
+/// What a tool function may return: any `Serialize` value.
+///
+/// - a [`ToolResult`] is the result as it is (error flag, metadata and
+///   control included), never serialised;
+/// - a string (`String`, `&'static str`, or any value that serialises to a
+///   JSON string) is [`ToolResult::text`];
+/// - any other value is [`ToolResult::json`] of its JSON form.
+///
+/// Serialisation can fail (a map whose keys are not strings, a `Serialize`
+/// impl that errs): [`FnTool`] then fails the call with an error naming the
+/// tool.
 pub trait IntoToolResult {
     /// The result the model reads.
-    fn into_tool_result(self) -> ToolResult;
+    ///
+    /// # Errors
+    ///
+    /// When the value cannot be serialised to JSON.
+    fn into_tool_result(self) -> Result<ToolResult, serde_json::Error>;
 }
 
-impl IntoToolResult for ToolResult {
-    fn into_tool_result(self) -> ToolResult {
-        self
-    }
-}
-
-impl IntoToolResult for String {
-    fn into_tool_result(self) -> ToolResult {
-        ToolResult::text(self)
-    }
-}
-
-impl IntoToolResult for &'static str {
-    fn into_tool_result(self) -> ToolResult {
-        ToolResult::text(self)
-    }
-}
-
-impl IntoToolResult for Value {
-    fn into_tool_result(self) -> ToolResult {
-        match self {
-            Value::String(text) => ToolResult::text(text),
-            other => ToolResult::json(&other),
+impl<T: Serialize + 'static> IntoToolResult for T {
+    fn into_tool_result(self) -> Result<ToolResult, serde_json::Error> {
+        // The value sits in an `Option` so that the types that need no
+        // serialising can be taken out of it by downcasting.
+        let mut slot = Some(self);
+        let any: &mut dyn Any = &mut slot;
+        if let Some(result) = any
+            .downcast_mut::<Option<ToolResult>>()
+            .and_then(Option::take)
+        {
+            return Ok(result);
         }
+        if let Some(text) = any.downcast_mut::<Option<String>>().and_then(Option::take) {
+            return Ok(ToolResult::text(text));
+        }
+        if let Some(value) = any.downcast_mut::<Option<Value>>().and_then(Option::take) {
+            return Ok(value_result(value));
+        }
+        // `slot` is still `Some`: each `take` above ran only when its
+        // downcast matched, and then returned. `Some(value)` serialises as
+        // `value`.
+        serde_json::to_value(&slot).map(value_result)
+    }
+}
+
+/// A JSON string is text; any other value, its JSON text.
+fn value_result(value: Value) -> ToolResult {
+    match value {
+        Value::String(text) => ToolResult::text(text),
+        other => ToolResult::json(&other),
     }
 }
 
@@ -56,8 +78,11 @@ pub trait ToolHandler<A>: Send + Sync + 'static {
     /// The function's future.
     type Future: Future<Output = anyhow::Result<Self::Output>> + Send;
 
-    /// Calls the function.
-    fn call(&self, args: A, context: Option<&ToolRunContext>) -> Self::Future;
+    /// Calls the function; `None` when the function needs the call's
+    /// context and `context` is `None` (a direct
+    /// [`execute_with_context`](Tool::execute_with_context) outside any
+    /// harness).
+    fn call(&self, args: A, context: Option<&ToolRunContext>) -> Option<Self::Future>;
 }
 
 /// A function of the arguments only.
@@ -77,22 +102,22 @@ where
     type Output = R;
     type Future = Fut;
 
-    fn call(&self, args: A, _context: Option<&ToolRunContext>) -> Fut {
-        (self.0)(args)
+    fn call(&self, args: A, _context: Option<&ToolRunContext>) -> Option<Fut> {
+        Some((self.0)(args))
     }
 }
 
 impl<A, F, Fut, R> ToolHandler<A> for WithContext<F>
 where
-    F: Fn(A, Option<ToolRunContext>) -> Fut + Send + Sync + 'static,
+    F: Fn(A, ToolRunContext) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = anyhow::Result<R>> + Send + 'static,
     R: IntoToolResult,
 {
     type Output = R;
     type Future = Fut;
 
-    fn call(&self, args: A, context: Option<&ToolRunContext>) -> Fut {
-        (self.0)(args, context.cloned())
+    fn call(&self, args: A, context: Option<&ToolRunContext>) -> Option<Fut> {
+        context.map(|context| (self.0)(args, context.clone()))
     }
 }
 
@@ -133,7 +158,10 @@ impl<A, F> FnTool<A, ArgsOnly<F>>
 where
     A: DeserializeOwned + JsonSchema,
 {
-    /// A tool that calls `f` with the parsed arguments.
+    /// A tool that calls `f` with the parsed arguments. `f` may return any
+    /// `Serialize` value ([`IntoToolResult`]): a string is the text the
+    /// model reads, a [`ToolResult`] is used as it is, any other value is
+    /// sent as its JSON text.
     ///
     /// ```
     /// # use tinytools::FnTool;
@@ -161,14 +189,31 @@ impl<A, F> FnTool<A, WithContext<F>>
 where
     A: DeserializeOwned + JsonSchema,
 {
-    /// A tool that calls `f` with the parsed arguments and the call's context.
+    /// A tool that calls `f` with the parsed arguments and (a clone of) the
+    /// call's context.
+    ///
+    /// The harness always gives a call its context. Executed without one (a
+    /// direct [`execute_with_context`](Tool::execute_with_context) with
+    /// `None`, outside any harness), the tool does not call `f`: the call
+    /// fails with an `Err`, "tool 'x' needs the context of a run: call it
+    /// through a harness".
+    ///
+    /// ```
+    /// # use tinytools::FnTool;
+    /// #[derive(serde::Deserialize, schemars::JsonSchema)]
+    /// struct Query { q: String }
+    /// let search = FnTool::with_context("search", "Searches.", |args: Query, ctx| async move {
+    ///     ctx.report_progress(None, format!("searching for {}", args.q));
+    ///     anyhow::Ok(format!("run {}: no results", ctx.run_id()))
+    /// });
+    /// ```
     pub fn with_context<Fut, R>(
         name: impl Into<String>,
         description: impl Into<String>,
         f: F,
     ) -> Self
     where
-        F: Fn(A, Option<ToolRunContext>) -> Fut,
+        F: Fn(A, ToolRunContext) -> Fut,
         Fut: Future<Output = anyhow::Result<R>>,
     {
         Self {
@@ -230,10 +275,18 @@ where
                 )));
             }
         };
-        self.handler
-            .call(parsed, context)
-            .await
-            .map(IntoToolResult::into_tool_result)
+        let Some(call) = self.handler.call(parsed, context) else {
+            anyhow::bail!(
+                "tool '{}' needs the context of a run: call it through a harness",
+                self.spec.name
+            );
+        };
+        call.await?.into_tool_result().map_err(|e| {
+            anyhow::anyhow!(
+                "tool '{}' returned a value that cannot be serialised: {e}",
+                self.spec.name
+            )
+        })
     }
 
     async fn reconcile(&self, context: &ToolRunContext) -> anyhow::Result<Reconciled> {

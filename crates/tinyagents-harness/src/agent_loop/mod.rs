@@ -28,8 +28,8 @@ use tokio::time::Instant;
 
 use serde_json::Value;
 use tinyagents_core::{
-    AgentEvent, AgentId, CallId, ChatRequest, ChatResponse, LimitBehavior, Message, ModelDelta,
-    RunContext, RunId, RunStatus, State, TinyAgentsError,
+    AgentEvent, CallId, ChatRequest, ChatResponse, LimitBehavior, Message, ModelDelta,
+    ModelOptions, RunContext, RunId, RunStatus, State, TinyAgentsError,
 };
 use tinyagents_middleware::OutputVerdict;
 use tracing::Instrument;
@@ -67,6 +67,9 @@ pub(crate) struct Run<'h> {
     /// authorises one execution; a resume that meets one in doubt asks its
     /// tool what became of it instead of running it again).
     pub(crate) approved_once: Vec<CallId>,
+    /// The model options of this run when they are not the harness's: the
+    /// run asked for an output schema.
+    pub(crate) options: Option<ModelOptions>,
 }
 
 /// How a turn ends the loop, if it does.
@@ -116,7 +119,7 @@ impl AgentHarness {
         state: State,
         events: &EventSink,
     ) -> Result<AgentRun, TinyAgentsError> {
-        announce(&events.bounded_by(&ctx), &ctx.run_id, ctx.agent_id.as_ref()).await;
+        announce(&events.bounded_by(&ctx), &ctx.run_id, self).await;
         if ctx.depth > ctx.limits.max_depth {
             let refused = Err(TinyAgentsError::LimitExceeded {
                 kind: tinyagents_core::LimitKind::Depth,
@@ -161,6 +164,14 @@ impl AgentHarness {
             events: events.clone(),
         });
         let redaction = Redaction::new(Arc::clone(&self.middlewares));
+        let options = ctx
+            .properties
+            .get(crate::run::OUTPUT_SCHEMA_PROPERTY)
+            .and_then(|value| serde_json::from_value(value.clone()).ok())
+            .map(|schema| ModelOptions {
+                output_schema: Some(schema),
+                ..self.options.clone()
+            });
         Run {
             harness: self,
             events: ToolEvents::new(events.clone(), ctx.capture.tool_io, redaction),
@@ -171,6 +182,7 @@ impl AgentHarness {
             limit_reported: false,
             cursor: None,
             approved_once: Vec::new(),
+            options,
         }
     }
 
@@ -303,7 +315,7 @@ impl Run<'_> {
         let request = ChatRequest {
             messages: &self.state.messages,
             tools: &harness.model_tools,
-            options: &harness.options,
+            options: self.options.as_ref().unwrap_or(&harness.options),
             deltas: if events.is_active() {
                 Some(&forward)
             } else {
@@ -441,6 +453,7 @@ impl Run<'_> {
             budget: self.ctx.tracker().counts(),
             tool_metadata: std::mem::take(&mut self.metadata),
             suspended: None,
+            properties: Arc::clone(&self.ctx.properties),
         }
     }
 
@@ -465,13 +478,20 @@ impl Run<'_> {
 /// resume, a recovery) starts with `RunStarted` naming its run, and ends
 /// with exactly one `RunCompleted` or `RunFailed`, even when it is refused
 /// before it opens.
-pub(crate) async fn announce(events: &EventSink, run_id: &RunId, agent_id: Option<&AgentId>) {
+pub(crate) async fn announce(events: &EventSink, run_id: &RunId, harness: &AgentHarness) {
     events
         .emit(|| AgentEvent::RunStarted {
             run_id: run_id.clone(),
-            agent_id: agent_id.cloned(),
+            agent_id: harness.agent_id.clone(),
         })
         .await;
+    for warning in harness.warnings.iter() {
+        events
+            .emit(|| AgentEvent::Warning {
+                message: warning.clone(),
+            })
+            .await;
+    }
 }
 
 /// Emits `RunFailed` when a run ends with an error, so every run's stream

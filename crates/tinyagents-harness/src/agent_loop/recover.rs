@@ -150,7 +150,7 @@ impl AgentHarness {
         events: &EventSink,
     ) -> Result<AgentRun, TinyAgentsError> {
         let (guard, mut events) = SegmentGuard::open(events, run_id.clone());
-        super::announce(&events, run_id, self.agent_id.as_ref()).await;
+        super::announce(&events, run_id, self).await;
         // Once the run is open, its failure is reported on its bounded sink.
         let result = self.recover_run(run_id, options, &mut events).await;
         let result = super::report_failure(&events, result).await;

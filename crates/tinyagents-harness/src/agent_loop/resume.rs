@@ -191,7 +191,7 @@ impl AgentHarness {
         events: &EventSink,
     ) -> Result<AgentRun, TinyAgentsError> {
         let (guard, mut events) = SegmentGuard::open(events, suspended.run_id.clone());
-        super::announce(&events, &suspended.run_id, self.agent_id.as_ref()).await;
+        super::announce(&events, &suspended.run_id, self).await;
         // Once the run is open, its failure is reported on its bounded sink.
         let result = self
             .resume_segment(suspended, decisions, options, &mut events)

@@ -260,6 +260,11 @@ impl<'h> Run<'h> {
             }
         }
         if !fold.pending.is_empty() {
+            for (_, pending) in &fold.pending {
+                self.events
+                    .approval_requested(&pending.call, &pending.reason)
+                    .await;
+            }
             // The turn waits: its rows leave the transcript for the
             // suspended state, in call order with the waiting calls.
             let mut settled = self.state.messages.drain(fold.start..);

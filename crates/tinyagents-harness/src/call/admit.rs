@@ -1,7 +1,8 @@
 //! Admission: one ordered table of stages for every call, whatever its
-//! origin. Where the specifications make origins differ, the table says so
-//! as data (a stage applies to model-issued calls, nested calls or both) or
-//! one `match` inside the stage decides; no stage exists twice.
+//! origin. Where the rules (`docs/rules.md`) make origins differ, the
+//! table says so as data (a stage applies to model-issued calls, nested
+//! calls or both) or one `match` inside the stage decides; no stage exists
+//! twice.
 //!
 //! | stage | model-issued | nested |
 //! |---|---|---|
@@ -384,8 +385,13 @@ impl AgentHarness {
                     // (a person's, or a middleware that decides approvals).
                     Scope::Model { ctx, .. } => {
                         if a.deferred.is_none() && !ctx.is_call_approved(&a.call) {
+                            let flag = if spec.approval_required {
+                                "flags it approval_required"
+                            } else {
+                                "marks it external"
+                            };
                             a.deferred = Some(format!(
-                                "tool '{}' requires a person's approval",
+                                "tool '{}' requires a person's approval (asked by the tool's spec, which {flag})",
                                 a.call.name
                             ));
                         }
@@ -524,7 +530,9 @@ impl AgentHarness {
                             return Err(denial(name, reason, &a.call.name));
                         }
                         ToolVerdict::Defer { reason } => {
-                            a.deferred.get_or_insert(reason);
+                            a.deferred.get_or_insert_with(|| {
+                                format!("{reason} (asked by policy '{name}')")
+                            });
                         }
                     }
                 }
@@ -568,7 +576,9 @@ impl AgentHarness {
             Ok(Ok(ToolVerdict::Defer { reason })) => match scope {
                 Scope::Model { .. } => {
                     if !a.approved_by_person {
-                        a.deferred.get_or_insert(reason);
+                        a.deferred.get_or_insert_with(|| {
+                            format!("{reason} (asked by the security gate)")
+                        });
                     }
                     return Ok(());
                 }

@@ -161,6 +161,20 @@ impl ToolEvents {
         }
     }
 
+    /// `ApprovalRequested` for a call that waits for a person.
+    pub(crate) async fn approval_requested(&self, call: &ToolCall, reason: &str) {
+        if !self.is_active() {
+            return;
+        }
+        self.sink
+            .emit(|| AgentEvent::ApprovalRequested {
+                call_id: call.id.clone(),
+                tool: call.name.clone(),
+                reason: self.redaction.text(reason.to_owned()),
+            })
+            .await;
+    }
+
     /// `ToolStarted` then `ToolFailed` for a call refused before it ran.
     pub(crate) async fn refused(&self, call: &ToolCall, error: &str) {
         self.started(call).await;

@@ -112,7 +112,7 @@ impl AgentHarness {
                 events
                     .failed(&call.id, &call.name, duration_ms, &text)
                     .await;
-                return Settlement::Deferred(reason);
+                return Settlement::Deferred(format!("{reason} (asked by the tool while it ran)"));
             }
             Err(error) => (ToolResult::error(error.to_string()), Some(error)),
         };

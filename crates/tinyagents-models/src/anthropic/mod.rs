@@ -4,14 +4,21 @@
 //! otherwise. The API requires an output cap: a request without
 //! [`ModelOptions::max_output_tokens`](tinyagents_core::ModelOptions) gets
 //! [`AnthropicConfig::max_tokens`].
+//!
+//! The API has no `response_format`: a request with an
+//! [`OutputSchema`](tinyagents_core::OutputSchema) offers an output tool
+//! (`respond_<schema name>`) and forces a tool choice, and a call of that
+//! tool comes back as the response's text (see `docs/models.md`,
+//! "Structured output").
 
+mod output;
 mod request;
 mod response;
 
 use async_trait::async_trait;
 use bytes::Bytes;
 use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderValue};
-use tinyagents_core::{ChatModel, ChatRequest, ChatResponse, DeltaSink, ModelError};
+use tinyagents_core::{ChatModel, ChatRequest, ChatResponse, DeltaSink, ModelDelta, ModelError};
 
 use crate::http::{Http, HttpOptions};
 use crate::openai::{header_value, insert_headers};
@@ -177,10 +184,37 @@ impl ChatModel for AnthropicModel {
 
     async fn chat(&self, request: ChatRequest<'_>) -> Result<ChatResponse, ModelError> {
         let stream = request.deltas.is_some();
-        let body = request::encode(&self.model, self.max_tokens, &request, stream)?;
-        self.http
-            .send::<Wire>(&self.url, &self.headers, Bytes::from(body), request.deltas)
-            .await
+        let output = request
+            .options
+            .output_schema
+            .as_ref()
+            .map(|schema| output::OutputTool::new(schema, request.tools));
+        let body = request::encode(
+            &self.model,
+            self.max_tokens,
+            &request,
+            stream,
+            output.as_ref(),
+        )?;
+        let Some(output) = output else {
+            return self
+                .http
+                .send::<Wire>(&self.url, &self.headers, Bytes::from(body), request.deltas)
+                .await;
+        };
+        // The output tool's deltas are not reported (see `output`).
+        let filter = request.deltas.map(|sink| output.filter(sink));
+        let filtered = |delta: ModelDelta| {
+            if let Some(filter) = &filter {
+                filter.pass(delta);
+            }
+        };
+        let deltas: Option<DeltaSink<'_>> = filter.as_ref().map(|_| &filtered as DeltaSink<'_>);
+        let response = self
+            .http
+            .send::<Wire>(&self.url, &self.headers, Bytes::from(body), deltas)
+            .await?;
+        Ok(output.answer(response))
     }
 }
 

@@ -5,6 +5,9 @@
 //! are merged into one turn, so parallel results sit together right after
 //! the assistant turn that called them. Empty text blocks, which the API
 //! refuses, are left out.
+//!
+//! A request with an output schema also offers the output tool and forces
+//! a tool choice (see [`super::output`]).
 
 use std::borrow::Cow;
 
@@ -13,15 +16,18 @@ use serde::ser::SerializeMap;
 use serde_json::Value;
 use tinyagents_core::{ChatRequest, Message, ModelError, ToolDefinition};
 
+use super::output::OutputTool;
 use crate::wire::WireIds;
 
 /// Encodes `request` for `model`; `max_tokens` is used when the request
-/// sets no cap (the API requires one).
+/// sets no cap (the API requires one). `output` is the output tool of a
+/// request that asks for structured output.
 pub(crate) fn encode(
     model: &str,
     max_tokens: u32,
     request: &ChatRequest<'_>,
     stream: bool,
+    output: Option<&OutputTool>,
 ) -> Result<Vec<u8>, ModelError> {
     let mut ids = WireIds::default();
     let mut system = String::new();
@@ -91,6 +97,7 @@ pub(crate) fn encode(
         turns: &turns,
         request,
         stream,
+        output,
     };
     serde_json::to_vec(&body).map_err(|e| ModelError::InvalidRequest {
         message: format!("cannot encode the request: {e}"),
@@ -112,6 +119,7 @@ struct Body<'a> {
     turns: &'a [Turn<'a>],
     request: &'a ChatRequest<'a>,
     stream: bool,
+    output: Option<&'a OutputTool>,
 }
 
 impl Serialize for Body<'_> {
@@ -133,9 +141,26 @@ impl Serialize for Body<'_> {
             entry!("system", self.system);
         }
         entry!("messages", self.turns);
-        if !self.request.tools.is_empty() {
-            let tools: Vec<WireTool<'_>> = self.request.tools.iter().map(WireTool::new).collect();
+        let offers_tools = !self.request.tools.is_empty();
+        if offers_tools || self.output.is_some() {
+            let mut tools: Vec<WireTool<'_>> =
+                self.request.tools.iter().map(WireTool::new).collect();
+            tools.extend(self.output.map(WireTool::output));
             entry!("tools", &tools);
+        }
+        if let Some(output) = self.output {
+            // Alone, the output tool is forced; beside real tools, some
+            // tool is: a real one, or the answer. The API refuses a forced
+            // choice with extended thinking: then the model is only offered
+            // the tool (and may answer in text, which the harness checks).
+            let choice = if thinks(extra) {
+                ToolChoice::Auto
+            } else if offers_tools {
+                ToolChoice::Any
+            } else {
+                ToolChoice::Tool { name: &output.name }
+            };
+            entry!("tool_choice", &choice);
         }
         if let Some(temperature) = options.temperature {
             entry!("temperature", &temperature);
@@ -190,13 +215,37 @@ impl<'a> WireTool<'a> {
             input_schema: &tool.parameters,
         }
     }
+
+    fn output(tool: &'a OutputTool) -> Self {
+        Self {
+            name: &tool.name,
+            description: &tool.description,
+            input_schema: &tool.input_schema,
+        }
+    }
+}
+
+/// Whether `extra` turns extended thinking on (`"thinking": {"type":
+/// "enabled", …}`, or any other type than `disabled`).
+fn thinks(extra: &serde_json::Map<String, Value>) -> bool {
+    extra
+        .get("thinking")
+        .is_some_and(|t| t.is_object() && t.get("type").and_then(Value::as_str) != Some("disabled"))
+}
+
+#[derive(Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum ToolChoice<'a> {
+    Auto,
+    Any,
+    Tool { name: &'a str },
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
-    use tinyagents_core::{CallId, ModelOptions, ModelToolCall};
+    use tinyagents_core::{CallId, ModelOptions, ModelToolCall, OutputSchema};
 
     #[test]
     fn encodes_system_turns_tool_blocks_and_merges_results() {
@@ -243,7 +292,8 @@ mod tests {
             deltas: None,
         };
         let body: Value =
-            serde_json::from_slice(&encode("claude", 1024, &request, false).unwrap()).unwrap();
+            serde_json::from_slice(&encode("claude", 1024, &request, false, None).unwrap())
+                .unwrap();
         assert_eq!(
             body,
             json!({
@@ -265,5 +315,120 @@ mod tests {
                 "tools": [{"name": "add", "description": "adds", "input_schema": {"type": "object"}}]
             })
         );
+    }
+
+    /// The body of a request asking for `schema`, with `tools`.
+    fn typed_body(schema: Value, tools: &[ToolDefinition]) -> Value {
+        typed_body_with(schema, tools, serde_json::Map::new())
+    }
+
+    fn typed_body_with(
+        schema: Value,
+        tools: &[ToolDefinition],
+        extra: serde_json::Map<String, Value>,
+    ) -> Value {
+        let messages = vec![Message::user("hi")];
+        let options = ModelOptions {
+            extra,
+            output_schema: Some(OutputSchema {
+                name: "Answer".into(),
+                schema,
+                description: Some("The sum.".into()),
+            }),
+            ..ModelOptions::default()
+        };
+        let request = ChatRequest {
+            messages: &messages,
+            tools,
+            options: &options,
+            deltas: None,
+        };
+        let output = options
+            .output_schema
+            .as_ref()
+            .map(|schema| OutputTool::new(schema, tools));
+        serde_json::from_slice(&encode("claude", 1024, &request, false, output.as_ref()).unwrap())
+            .unwrap()
+    }
+
+    #[test]
+    fn an_output_schema_alone_is_a_forced_tool() {
+        let schema = json!({"type": "object", "properties": {"sum": {"type": "integer"}}});
+        let body = typed_body(schema.clone(), &[]);
+        assert_eq!(
+            body["tools"],
+            json!([{
+                "name": "respond_Answer",
+                "description": "Give your final answer by calling this tool: its input is the answer. The answer: The sum.",
+                "input_schema": schema
+            }])
+        );
+        assert_eq!(
+            body["tool_choice"],
+            json!({"type": "tool", "name": "respond_Answer"})
+        );
+    }
+
+    #[test]
+    fn beside_real_tools_the_output_tool_makes_any_tool_required() {
+        let tools = vec![ToolDefinition {
+            name: "add".into(),
+            description: "adds".into(),
+            parameters: json!({"type": "object"}),
+        }];
+        let body = typed_body(json!({"type": "object"}), &tools);
+        let names: Vec<&str> = body["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(names, ["add", "respond_Answer"]);
+        assert_eq!(body["tool_choice"], json!({"type": "any"}));
+    }
+
+    #[test]
+    fn a_non_object_output_schema_is_wrapped_in_value() {
+        let body = typed_body(json!({"type": "integer"}), &[]);
+        assert_eq!(
+            body["tools"][0]["input_schema"],
+            json!({
+                "type": "object",
+                "properties": {"value": {"type": "integer"}},
+                "required": ["value"]
+            })
+        );
+    }
+
+    #[test]
+    fn with_extended_thinking_the_output_tool_is_offered_not_forced() {
+        let mut extra = serde_json::Map::new();
+        extra.insert(
+            "thinking".into(),
+            json!({"type": "enabled", "budget_tokens": 2000}),
+        );
+        let body = typed_body_with(json!({"type": "object"}), &[], extra.clone());
+        assert_eq!(body["tool_choice"], json!({"type": "auto"}));
+        assert_eq!(body["tools"][0]["name"], "respond_Answer");
+        extra.insert("thinking".into(), json!({"type": "disabled"}));
+        let body = typed_body_with(json!({"type": "object"}), &[], extra);
+        assert_eq!(body["tool_choice"]["type"], "tool");
+    }
+
+    #[test]
+    fn without_an_output_schema_no_tool_is_forced() {
+        let messages = vec![Message::user("hi")];
+        let options = ModelOptions::default();
+        let request = ChatRequest {
+            messages: &messages,
+            tools: &[],
+            options: &options,
+            deltas: None,
+        };
+        let body: Value =
+            serde_json::from_slice(&encode("claude", 1024, &request, false, None).unwrap())
+                .unwrap();
+        assert!(body.get("tools").is_none(), "{body}");
+        assert!(body.get("tool_choice").is_none(), "{body}");
     }
 }

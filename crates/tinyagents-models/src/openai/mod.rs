@@ -5,9 +5,17 @@
 //! for deltas, and is sent whole otherwise; either way the answer is one
 //! [`ChatResponse`]. Tool calls keep the provider's ids; tool results go
 //! back under the id of the call they answer.
+//!
+//! A request with an [`OutputSchema`](tinyagents_core::OutputSchema) asks
+//! for structured output with `response_format` (`json_schema`, not
+//! strict); the answer is the response's text, checked by the harness.
 
 mod request;
 mod response;
+
+// Anthropic's output tool is named by the same rule.
+#[cfg(feature = "anthropic")]
+pub(crate) use request::{MAX_SCHEMA_NAME, schema_name};
 
 use async_trait::async_trait;
 use bytes::Bytes;

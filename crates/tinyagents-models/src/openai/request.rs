@@ -1,11 +1,17 @@
 //! The Chat Completions request body, serialised straight from the borrowed
 //! transcript (nothing of the history is copied into an intermediate tree).
+//!
+//! A request with [`ModelOptions::output_schema`](tinyagents_core::ModelOptions)
+//! carries `"response_format": {"type": "json_schema", "json_schema": {…}}`
+//! with `"strict": false`: schemas generated from Rust types rarely fit
+//! OpenAI's strict subset, and the harness validates the answer itself.
 
 use std::borrow::Cow;
 
 use serde::Serialize;
 use serde::ser::SerializeMap;
-use tinyagents_core::{ChatRequest, Message, ModelError, ToolDefinition};
+use serde_json::Value;
+use tinyagents_core::{ChatRequest, Message, ModelError, OutputSchema, ToolDefinition};
 
 use super::ToolOnlyContent;
 use crate::wire::WireIds;
@@ -76,6 +82,9 @@ impl Serialize for Body<'_> {
             // "none" and leave the tools out of the prompt.
             entry!("tool_choice", "auto");
         }
+        if let Some(output) = &options.output_schema {
+            entry!("response_format", &ResponseFormat::new(output));
+        }
         if let Some(temperature) = options.temperature {
             entry!("temperature", &temperature);
         }
@@ -93,6 +102,65 @@ impl Serialize for Body<'_> {
             map.serialize_entry(key, value)?;
         }
         map.end()
+    }
+}
+
+/// The longest schema (and Anthropic tool) name the providers accept.
+pub(crate) const MAX_SCHEMA_NAME: usize = 64;
+
+/// `name` as providers accept a schema or tool name
+/// (`^[a-zA-Z0-9_-]{1,64}$`): every other character becomes `_`, the result
+/// is cut to `max` characters, and an empty name becomes `output`.
+pub(crate) fn schema_name(name: &str, max: usize) -> String {
+    let mut safe: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(max)
+        .collect();
+    if safe.is_empty() {
+        safe.push_str("output");
+        safe.truncate(max);
+    }
+    safe
+}
+
+/// `response_format` of a request that asks for structured output.
+#[derive(Serialize)]
+struct ResponseFormat<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    json_schema: JsonSchemaFormat<'a>,
+}
+
+#[derive(Serialize)]
+struct JsonSchemaFormat<'a> {
+    name: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    description: Option<&'a str>,
+    schema: &'a Value,
+    strict: bool,
+}
+
+impl<'a> ResponseFormat<'a> {
+    fn new(output: &'a OutputSchema) -> Self {
+        Self {
+            kind: "json_schema",
+            json_schema: JsonSchemaFormat {
+                name: schema_name(&output.name, MAX_SCHEMA_NAME),
+                description: output.description.as_deref(),
+                schema: &output.schema,
+                // Schemas from `schemars` rarely fit the strict subset
+                // (every property required, no `additionalProperties`,
+                // …); the harness checks the answer itself.
+                strict: false,
+            },
+        }
     }
 }
 
@@ -199,7 +267,7 @@ impl<'a> WireTool<'a> {
 mod tests {
     use super::*;
     use serde_json::{Value, json};
-    use tinyagents_core::{CallId, ModelOptions, ModelToolCall};
+    use tinyagents_core::{CallId, ModelOptions, ModelToolCall, OutputSchema};
 
     #[test]
     fn encodes_transcript_tools_and_options() {
@@ -311,5 +379,82 @@ mod tests {
         )
         .unwrap();
         assert_eq!(body["tool_choice"], json!("required"));
+    }
+
+    fn body_of(options: &ModelOptions) -> Value {
+        let messages = vec![Message::user("hi")];
+        let request = ChatRequest {
+            messages: &messages,
+            tools: &[],
+            options,
+            deltas: None,
+        };
+        let shape = Shape {
+            max_tokens_key: "max_tokens",
+            tool_only_content: ToolOnlyContent::Null,
+        };
+        serde_json::from_slice(&encode("gpt", shape, &request, false).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn an_output_schema_is_sent_as_a_json_schema_response_format() {
+        let schema = json!({
+            "type": "object",
+            "properties": {"city": {"type": "string"}},
+            "required": ["city"]
+        });
+        let options = ModelOptions {
+            output_schema: Some(OutputSchema {
+                name: "Weather<Report> v2".into(),
+                schema: schema.clone(),
+                description: Some("Today's weather.".into()),
+            }),
+            ..ModelOptions::default()
+        };
+        let body = body_of(&options);
+        assert_eq!(
+            body["response_format"],
+            json!({
+                "type": "json_schema",
+                "json_schema": {
+                    "name": "Weather_Report__v2",
+                    "description": "Today's weather.",
+                    "schema": schema,
+                    "strict": false
+                }
+            })
+        );
+        // Without a description the field is left out.
+        let mut bare = options.clone();
+        if let Some(output) = &mut bare.output_schema {
+            output.description = None;
+        }
+        let format = &body_of(&bare)["response_format"]["json_schema"];
+        assert!(format.get("description").is_none());
+        assert_eq!(format["strict"], json!(false));
+        // A caller's own `response_format` wins.
+        let mut own = options.clone();
+        own.extra
+            .insert("response_format".into(), json!({"type": "json_object"}));
+        assert_eq!(
+            body_of(&own)["response_format"],
+            json!({"type": "json_object"})
+        );
+    }
+
+    #[test]
+    fn without_an_output_schema_there_is_no_response_format() {
+        let body = body_of(&ModelOptions::default());
+        assert!(body.get("response_format").is_none(), "{body}");
+    }
+
+    #[test]
+    fn schema_names_are_sanitised_and_cut() {
+        assert_eq!(schema_name("Answer", MAX_SCHEMA_NAME), "Answer");
+        assert_eq!(schema_name("a.b c/é-d_e", MAX_SCHEMA_NAME), "a_b_c__-d_e");
+        assert_eq!(schema_name("", MAX_SCHEMA_NAME), "output");
+        let long = "x".repeat(100);
+        assert_eq!(schema_name(&long, MAX_SCHEMA_NAME).len(), 64);
+        assert_eq!(schema_name(&long, 56).len(), 56);
     }
 }

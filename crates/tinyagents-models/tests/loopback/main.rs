@@ -15,6 +15,7 @@
 mod anthropic;
 mod openai;
 mod server;
+mod structured;
 mod transport;
 
 use std::sync::Mutex;

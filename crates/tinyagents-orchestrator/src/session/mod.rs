@@ -17,6 +17,7 @@
 mod kept;
 mod manager;
 mod memory;
+#[cfg(feature = "sqlite")]
 mod sqlite;
 
 use async_trait::async_trait;
@@ -27,6 +28,7 @@ use tinyagents_core::{AgentId, Message, SessionId};
 pub(crate) use kept::Transcript;
 pub use manager::SessionManager;
 pub use memory::InMemorySessionStore;
+#[cfg(feature = "sqlite")]
 pub use sqlite::{SESSION_APPLICATION_ID, SESSION_SCHEMA_VERSION, SqliteSessionStore};
 
 /// The version of a stored session's message format.

@@ -1,0 +1,378 @@
+//! `AgentBuilder`: an agent defined in code. Its methods never fail one by
+//! one; `build` reports every problem at once.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use tinyagents_core::{AgentId, ChatModel, ModelOptions, PayloadCapture, RunLimits};
+use tinyagents_harness::AgentHarnessBuilder;
+use tinyagents_ledger::{EffectLedger, LedgerFailure};
+use tinyagents_middleware::{Middleware, SecurityGate, ToolMiddleware};
+use tinytools::{InvalidArgsPolicy, Tool};
+
+use super::Agent;
+use super::recipe::{Exposure, HarnessSetting, Recipe};
+use super::tool::AgentTool;
+use crate::agent::{ActiveAgent, AgentRole};
+use crate::build::Governance;
+use crate::definition::{AgentDefinition, Compaction, ToolPolicy};
+use crate::error::BuildError;
+use crate::names::normalize_function_name;
+use crate::request::HostTools;
+use crate::session::{InMemorySessionStore, SessionManager, SessionStore};
+
+/// What [`AgentBuilder::tool`] takes: any [`Tool`], or another agent
+/// exposed with [`Agent::as_tool`].
+pub trait IntoAgentTool {
+    /// Adds itself to `builder`.
+    fn add_to(self, builder: &mut AgentBuilder);
+}
+
+impl<T: Tool + 'static> IntoAgentTool for T {
+    fn add_to(self, builder: &mut AgentBuilder) {
+        builder.add_tool(Arc::new(self));
+    }
+}
+
+impl IntoAgentTool for AgentTool {
+    fn add_to(self, builder: &mut AgentBuilder) {
+        builder.add_agent_tool(self);
+    }
+}
+
+/// Builds an [`Agent`]: `Agent::builder("billing").model(m).instructions("…").tool(t).build()?`.
+///
+/// The agent gets the governance every orchestrated agent has: at most 40
+/// model calls and 3 consecutive failing iterations per request, detailed
+/// tool errors kept from the model, approval for tools whose spec asks for
+/// it (and for those named by [`require_approval`](Self::require_approval)).
+pub struct AgentBuilder {
+    definition: AgentDefinition,
+    model: Option<Arc<dyn ChatModel>>,
+    tools: HostTools,
+    names: BTreeSet<String>,
+    agent_tools: Vec<Exposure>,
+    middleware: Vec<Arc<dyn Middleware>>,
+    tool_middleware: Vec<Arc<dyn ToolMiddleware>>,
+    settings: Vec<HarnessSetting>,
+    governance: Governance,
+    sessions: Option<Arc<dyn SessionStore>>,
+    problems: Vec<String>,
+}
+
+impl std::fmt::Debug for AgentBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AgentBuilder")
+            .field("id", &self.definition.id)
+            .field("tools", &self.names)
+            .field("problems", &self.problems)
+            .finish_non_exhaustive()
+    }
+}
+
+impl AgentBuilder {
+    pub(crate) fn new(id: AgentId) -> Self {
+        let display_name = id.to_string();
+        Self {
+            definition: AgentDefinition::new(id, display_name),
+            model: None,
+            tools: HostTools::new(),
+            names: BTreeSet::new(),
+            agent_tools: Vec::new(),
+            middleware: Vec::new(),
+            tool_middleware: Vec::new(),
+            settings: Vec::new(),
+            governance: Governance::default(),
+            sessions: None,
+            problems: Vec::new(),
+        }
+    }
+
+    /// The model it runs on.
+    #[must_use]
+    pub fn model(mut self, model: impl ChatModel + 'static) -> Self {
+        self.model = Some(Arc::new(model));
+        self
+    }
+
+    /// The model it runs on, shared with others.
+    #[must_use]
+    pub fn shared_model(mut self, model: Arc<dyn ChatModel>) -> Self {
+        self.model = Some(model);
+        self
+    }
+
+    /// Its standing instruction.
+    #[must_use]
+    pub fn instructions(mut self, text: impl Into<String>) -> Self {
+        self.definition.system_instruction = text.into();
+        self
+    }
+
+    /// The options of its model calls.
+    #[must_use]
+    pub fn model_options(mut self, options: ModelOptions) -> Self {
+        self.definition.model_options = options;
+        self
+    }
+
+    /// Adds a tool: any [`Tool`] (an `FnTool`, a type of your own), or
+    /// another agent as [`Agent::as_tool`] exposes it. A second tool of the
+    /// same name is a build error.
+    #[must_use]
+    pub fn tool(mut self, tool: impl IntoAgentTool) -> Self {
+        tool.add_to(&mut self);
+        self
+    }
+
+    /// Adds shared tools.
+    #[must_use]
+    pub fn tools(mut self, tools: impl IntoIterator<Item = Arc<dyn Tool>>) -> Self {
+        for tool in tools {
+            self.add_tool(tool);
+        }
+        self
+    }
+
+    fn claim(&mut self, name: &str) -> bool {
+        if self.names.insert(name.to_owned()) {
+            return true;
+        }
+        self.problems.push(format!("two tools are named '{name}'"));
+        false
+    }
+
+    fn add_tool(&mut self, tool: Arc<dyn Tool>) {
+        let name = tool.spec().name.clone();
+        if self.claim(&name) {
+            self.definition.tools.push(name);
+            self.tools.insert(tool);
+        }
+    }
+
+    fn add_agent_tool(&mut self, tool: AgentTool) {
+        let normalized = normalize_function_name(&tool.name);
+        if normalized != tool.name {
+            self.problems.push(format!(
+                "agent tool name '{}' is not a function name (letters, digits and '_', at most 64): try '{normalized}'",
+                tool.name
+            ));
+            return;
+        }
+        if self.claim(&tool.name) {
+            self.agent_tools.push(Exposure {
+                recipe: tool.recipe,
+                name: tool.name,
+                description: tool.description,
+            });
+        }
+    }
+
+    fn policy(mut self, tool: &str, policy: ToolPolicy) -> Self {
+        self.definition
+            .tool_policies
+            .insert(tool.to_owned(), policy);
+        self
+    }
+
+    /// Every call of `tool` waits for a person (the run suspends; resume it
+    /// with the decision). Called as a tool by another agent, this agent
+    /// does not offer `tool` at all: a delegated run cannot ask anyone.
+    #[must_use]
+    pub fn require_approval(self, tool: &str) -> Self {
+        self.policy(tool, ToolPolicy::RequireApproval)
+    }
+
+    /// `tool` runs without asking, even when its spec asks for approval.
+    #[must_use]
+    pub fn auto_approve(self, tool: &str) -> Self {
+        self.policy(tool, ToolPolicy::AutoApprove)
+    }
+
+    /// `tool` is never offered.
+    #[must_use]
+    pub fn deny(self, tool: &str) -> Self {
+        self.policy(tool, ToolPolicy::Deny)
+    }
+
+    /// Runs air-gapped whatever its caller: tools that send data off the
+    /// machine are not offered.
+    #[must_use]
+    pub fn local_only(mut self) -> Self {
+        self.definition.is_local_only = true;
+        self
+    }
+
+    /// Keeps only the last `count` messages of a session's conversation.
+    #[must_use]
+    pub fn keep_last_messages(mut self, count: usize) -> Self {
+        self.definition.compaction = Compaction::KeepLastMessages { count };
+        self
+    }
+
+    /// Sets every limit of its runs (replacing the 40-model-call default
+    /// too; see [`map_limits`](Self::map_limits)).
+    #[must_use]
+    pub fn limits(mut self, limits: RunLimits) -> Self {
+        self.governance.limits = limits;
+        self
+    }
+
+    /// Changes the limits of its runs from what they are.
+    #[must_use]
+    pub fn map_limits(mut self, f: impl FnOnce(RunLimits) -> RunLimits) -> Self {
+        self.governance.limits = f(self.governance.limits);
+        self
+    }
+
+    /// Lets its tools nest calls up to `depth` levels, leaving every other
+    /// limit as it is.
+    #[must_use]
+    pub fn max_nested_depth(self, depth: u32) -> Self {
+        self.map_limits(|limits| limits.with_max_nested_depth(depth))
+    }
+
+    /// How many consecutive failing iterations a request tolerates (3).
+    #[must_use]
+    pub fn max_consecutive_errors(mut self, n: u32) -> Self {
+        self.governance.max_consecutive_errors = n;
+        self
+    }
+
+    /// Whether the text of a tool's raised error reaches the model (off).
+    #[must_use]
+    pub fn include_detailed_errors(mut self, include: bool) -> Self {
+        self.governance.detailed_errors = include;
+        self
+    }
+
+    /// Records every tool call in `ledger` (started and settled rows,
+    /// checkpoints), so a run whose process died can be recovered. Agents
+    /// it calls as tools record there too unless they have their own.
+    #[must_use]
+    pub fn ledger(mut self, ledger: Arc<dyn EffectLedger>) -> Self {
+        self.governance.ledger = Some(ledger);
+        self
+    }
+
+    /// What happens when a started row cannot be written (the call is
+    /// refused by default).
+    #[must_use]
+    pub fn ledger_failure(mut self, failure: LedgerFailure) -> Self {
+        self.governance.ledger_failure = failure;
+        self
+    }
+
+    /// Keeps sessions (and the child sessions of agents it calls) in
+    /// `store`; in memory when not set.
+    #[must_use]
+    pub fn sessions(mut self, store: Arc<dyn SessionStore>) -> Self {
+        self.sessions = Some(store);
+        self
+    }
+
+    /// Lets the agents it calls as tools run at once (off: one at a time).
+    #[must_use]
+    pub fn parallel_delegation(mut self, parallel: bool) -> Self {
+        self.governance.tool_options.parallel = parallel;
+        self
+    }
+
+    /// Lets the agents it calls spend from its run's budget (off).
+    #[must_use]
+    pub fn shared_budget(mut self, shared: bool) -> Self {
+        self.governance.tool_options.shared_budget = shared;
+        self
+    }
+
+    /// Adds a lifecycle middleware.
+    #[must_use]
+    pub fn middleware(mut self, middleware: Arc<dyn Middleware>) -> Self {
+        self.middleware.push(middleware);
+        self
+    }
+
+    /// Adds a wrap layer around its tool calls.
+    #[must_use]
+    pub fn tool_middleware(mut self, layer: Arc<dyn ToolMiddleware>) -> Self {
+        self.tool_middleware.push(layer);
+        self
+    }
+
+    /// Sets the host's security gate.
+    #[must_use]
+    pub fn security_gate(self, gate: Arc<dyn SecurityGate>) -> Self {
+        self.harness(move |builder| builder.security_gate(Arc::clone(&gate)))
+    }
+
+    /// Sets which payloads ride on events.
+    #[must_use]
+    pub fn payload_capture(self, capture: PayloadCapture) -> Self {
+        self.harness(move |builder| builder.payload_capture(capture))
+    }
+
+    /// Sets what happens to arguments that break a tool's schema.
+    #[must_use]
+    pub fn invalid_args(self, policy: InvalidArgsPolicy) -> Self {
+        self.harness(move |builder| builder.invalid_args(policy))
+    }
+
+    /// Any other harness setting, applied to every build of this agent.
+    #[must_use]
+    pub fn harness(
+        mut self,
+        setting: impl Fn(AgentHarnessBuilder) -> AgentHarnessBuilder + Send + Sync + 'static,
+    ) -> Self {
+        self.settings.push(Arc::new(setting));
+        self
+    }
+
+    /// Builds the agent, or reports every problem found: no model, two
+    /// tools of one name, a policy for a tool it does not have, an agent
+    /// tool that cannot be built.
+    pub fn build(mut self) -> Result<Agent, BuildError> {
+        let agent = self.definition.id.clone();
+        let model = self.model.take();
+        if model.is_none() {
+            self.problems
+                .push("it has no model: set one with .model(...)".to_owned());
+        }
+        for tool in self.definition.tool_policies.keys() {
+            if !self.definition.tools.contains(tool) {
+                self.problems.push(format!(
+                    "a policy names tool '{tool}', which it does not have (tools: {})",
+                    crate::error::list(&self.definition.tools)
+                ));
+            }
+        }
+        let Some(model) = model.filter(|_| self.problems.is_empty()) else {
+            return Err(BuildError::Invalid {
+                agent,
+                problems: self.problems,
+            });
+        };
+        let recipe = Arc::new(Recipe {
+            definition: self.definition,
+            model,
+            tools: self.tools,
+            agent_tools: self.agent_tools,
+            middleware: self.middleware,
+            tool_middleware: self.tool_middleware,
+            settings: self.settings,
+            governance: self.governance,
+        });
+        let store = self
+            .sessions
+            .unwrap_or_else(|| Arc::new(InMemorySessionStore::new()));
+        let sessions = Arc::new(SessionManager::new(store));
+        let built = recipe.build(AgentRole::Active, None, &sessions, None)?;
+        Ok(Agent {
+            recipe,
+            active: ActiveAgent {
+                agent: Arc::new(built),
+                air_gapped: false,
+                sessions,
+            },
+        })
+    }
+}
