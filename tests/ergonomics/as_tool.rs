@@ -23,7 +23,8 @@ fn tool_named(name: &str) -> FnTool<Empty, impl tinyagents::tools::ToolHandler<E
     })
 }
 
-// rules: AT-05, AT-06, AT-08
+/// rules AT-08, AT-32: the `query`/`conversation` schema, the child's answer as the
+/// result, and the child's events in the caller's stream as `Delegated`.
 #[tokio::test]
 async fn a_child_is_offered_with_the_query_schema_and_its_events_arrive_delegated_at_depth_one() {
     let child_model = recording(vec![ChatResponse::text("refund it")]);
@@ -91,7 +92,7 @@ async fn a_child_is_offered_with_the_query_schema_and_its_events_arrive_delegate
     );
 }
 
-// rules: AT-13
+/// rule AT-24: a delegated agent omits the tools that would wait for a person.
 #[tokio::test]
 async fn a_child_does_not_offer_tools_that_need_approval() {
     let child_model = recording(vec![ChatResponse::text("ok")]);
@@ -123,7 +124,7 @@ async fn a_child_does_not_offer_tools_that_need_approval() {
     assert_eq!(child.harness().tools().len(), 4);
 }
 
-// rules: AT-14
+/// rule AT-22: the caller's air gap is inherited, never loosened.
 #[tokio::test]
 async fn an_air_gapped_caller_tightens_its_child_and_an_open_one_does_not() {
     let egress = || tool_named("fetch").map_spec(|s| s.side_effects(SideEffects::NETWORK_EGRESS));
@@ -159,7 +160,7 @@ async fn an_air_gapped_caller_tightens_its_child_and_an_open_one_does_not() {
     }
 }
 
-// rules: AT-09
+/// rule AT-31: the depth cap across chains of agents.
 #[tokio::test]
 async fn a_child_runs_at_depth_plus_one_so_max_depth_caps_chains() {
     let leaf = Agent::builder("leaf")
@@ -194,7 +195,7 @@ async fn a_child_runs_at_depth_plus_one_so_max_depth_caps_chains() {
     assert!(result.0.contains("depth"), "{}", result.0);
 }
 
-// rules: AT-07
+/// rule AT-09: cancellation passes through to the child run.
 #[tokio::test]
 async fn cancelling_the_caller_cancels_the_child_run() {
     let token = CancellationToken::new();
@@ -236,7 +237,8 @@ async fn cancelling_the_caller_cancels_the_child_run() {
     assert_eq!(child_end, Some(RunStatus::Cancelled));
 }
 
-// rules: AT-10, AT-11
+/// rules AT-11, AT-13, AT-15: a child session per (agent, conversation) inside the
+/// caller's session; none without one.
 #[tokio::test]
 async fn a_caller_in_a_session_gives_its_child_a_child_session_per_conversation() {
     let child = Agent::builder("notes")

@@ -37,6 +37,7 @@ fn read(run: &AgentRun) -> String {
         .unwrap()
 }
 
+/// rule AT-27, everywhere: detailed error text stays out of what the model reads.
 #[tokio::test]
 async fn a_raised_error_reaches_no_model_by_default_on_any_kind_of_agent() {
     let harness = AgentHarness::builder(Arc::new(ScriptedModel::new(script())))
@@ -67,6 +68,7 @@ async fn a_raised_error_reaches_no_model_by_default_on_any_kind_of_agent() {
     assert!(read(&detailed.run("go").await.unwrap()).contains("hunter2"));
 }
 
+/// rule AT-26: the 40-iteration cap holds when nesting is turned on.
 #[tokio::test]
 async fn enabling_nested_calls_keeps_the_forty_model_call_cap() {
     let build = |orchestrator: AgentOrchestrator| async move {

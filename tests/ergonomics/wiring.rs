@@ -75,7 +75,8 @@ async fn allowing_missing_tools_builds_and_every_run_reports_each_by_a_warning()
     );
 }
 
-// rules: AT-03
+/// rule AT-03: a missing or no-longer-exposed target is omitted (and, beyond the rule,
+/// reported).
 #[tokio::test]
 async fn an_agent_tool_id_that_is_missing_or_not_exposed_is_omitted_and_reported() {
     let main = AgentDefinition::new("main", "Main").agent_tools(["helper", "typo", "hidden"]);
