@@ -325,3 +325,31 @@ async fn a_childs_calls_are_recorded_in_the_callers_ledger_under_its_child_run_i
     assert_eq!(child_rows.len(), 1);
     assert_eq!(child_rows[0].tool_name, "status");
 }
+
+#[tokio::test]
+async fn a_plain_harness_takes_an_agent_tool_and_delegates_through_it() {
+    let child = Agent::builder("helper")
+        .model(ScriptedModel::new([ChatResponse::text("helped")]))
+        .build()
+        .unwrap();
+    let harness = AgentHarness::builder(Arc::new(ScriptedModel::new([
+        ScriptedModel::tool_call("helper", json!({"query": "help me"})),
+        ChatResponse::text("thanks"),
+    ])))
+    .tool(child.as_tool("helper", "Helps."))
+    .build()
+    .unwrap();
+    assert_eq!(
+        harness.tools().get("helper").unwrap().spec().replay,
+        ToolReplay::Never
+    );
+    let (events, run) = drain(harness.start(RunRequest::new("go"))).await;
+    let run = run.unwrap();
+    assert_eq!(run.final_text, "thanks");
+    assert!(
+        run.messages
+            .iter()
+            .any(|m| matches!(m, Message::Tool { content, .. } if content == "helped"))
+    );
+    assert!(events.iter().any(|e| matches!(e, AgentEvent::Delegated { agent_id, depth: 1, .. } if agent_id.as_str() == "helper")));
+}

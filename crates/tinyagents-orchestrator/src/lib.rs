@@ -62,9 +62,7 @@ mod workspace;
 
 pub use agent::{ActiveAgent, AgentRole, BuiltAgent};
 pub use catalog::{AgentCatalog, CatalogError, find_collision};
-pub use code::{
-    Agent, AgentBuilder, AgentTool, IntoAgentTool, OUTPUT_RETRIES, Typed, output_schema,
-};
+pub use code::{Agent, AgentBuilder, AgentTool, OUTPUT_RETRIES, Typed, output_schema};
 pub use collection::{AIAgentCollection, AgentCollection};
 pub use compaction::{HistoryReducer, KeepLastMessages};
 pub use context::{ContextKind, ContextProvider, ContextProviderFactory, NoContextProviders};

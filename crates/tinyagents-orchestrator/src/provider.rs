@@ -162,6 +162,18 @@ fn parameters() -> Value {
     })
 }
 
+/// The spec of an agent tool named `name`: the query/conversation schema,
+/// `ToolReplay::Never`, concurrency-safe only when `options.parallel`.
+pub(crate) fn agent_tool_spec(
+    name: &str,
+    description: &str,
+    options: AgentToolOptions,
+) -> ToolSpec {
+    ToolSpec::new(name, description, parameters())
+        .replay(ToolReplay::Never)
+        .concurrency_safe(options.parallel)
+}
+
 impl AgentAsTool {
     /// The tool for `agent`: named after its display name (normalised),
     /// described by its description; `ToolReplay::Never`; concurrency-safe
@@ -173,13 +185,11 @@ impl AgentAsTool {
         caller_air_gapped: bool,
     ) -> Self {
         let definition = agent.definition();
-        let spec = ToolSpec::new(
-            definition.function_name(),
-            definition.description.clone(),
-            parameters(),
-        )
-        .replay(ToolReplay::Never)
-        .concurrency_safe(options.parallel);
+        let spec = agent_tool_spec(
+            &definition.function_name(),
+            &definition.description,
+            options,
+        );
         Self {
             agent,
             sessions,

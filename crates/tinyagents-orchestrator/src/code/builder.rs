@@ -1,6 +1,7 @@
 //! `AgentBuilder`: an agent defined in code. Its methods never fail one by
 //! one; `build` reports every problem at once.
 
+use std::any::Any;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
@@ -20,25 +21,6 @@ use crate::error::BuildError;
 use crate::names::normalize_function_name;
 use crate::request::HostTools;
 use crate::session::{InMemorySessionStore, SessionManager, SessionStore};
-
-/// What [`AgentBuilder::tool`] takes: any [`Tool`], or another agent
-/// exposed with [`Agent::as_tool`].
-pub trait IntoAgentTool {
-    /// Adds itself to `builder`.
-    fn add_to(self, builder: &mut AgentBuilder);
-}
-
-impl<T: Tool + 'static> IntoAgentTool for T {
-    fn add_to(self, builder: &mut AgentBuilder) {
-        builder.add_tool(Arc::new(self));
-    }
-}
-
-impl IntoAgentTool for AgentTool {
-    fn add_to(self, builder: &mut AgentBuilder) {
-        builder.add_agent_tool(self);
-    }
-}
 
 /// Builds an [`Agent`]: `Agent::builder("billing").model(m).instructions("…").tool(t).build()?`.
 ///
@@ -117,11 +99,22 @@ impl AgentBuilder {
     }
 
     /// Adds a tool: any [`Tool`] (an `FnTool`, a type of your own), or
-    /// another agent as [`Agent::as_tool`] exposes it. A second tool of the
+    /// another agent as [`Agent::as_tool`] exposes it (built then for this
+    /// agent: its postures, its sessions, its ledger). A second tool of the
     /// same name is a build error.
     #[must_use]
-    pub fn tool(mut self, tool: impl IntoAgentTool) -> Self {
-        tool.add_to(&mut self);
+    pub fn tool<T: Tool + 'static>(mut self, tool: T) -> Self {
+        // An agent tool is built by its caller; any other tool is shared
+        // as it is. The slot is `Some` until one of the two takes it.
+        let mut slot = Some(tool);
+        let agent_tool = (&mut slot as &mut dyn Any)
+            .downcast_mut::<Option<AgentTool>>()
+            .and_then(Option::take);
+        match (agent_tool, slot) {
+            (Some(agent_tool), _) => self.add_agent_tool(agent_tool),
+            (None, Some(tool)) => self.add_tool(Arc::new(tool)),
+            (None, None) => {}
+        }
         self
     }
 
@@ -160,11 +153,7 @@ impl AgentBuilder {
             return;
         }
         if self.claim(&tool.name) {
-            self.agent_tools.push(Exposure {
-                recipe: tool.recipe,
-                name: tool.name,
-                description: tool.description,
-            });
+            self.agent_tools.push(tool.exposure());
         }
     }
 

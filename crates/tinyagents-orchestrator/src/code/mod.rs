@@ -16,7 +16,7 @@ use tinyagents_harness::{
     SuspendedRun,
 };
 
-pub use builder::{AgentBuilder, IntoAgentTool};
+pub use builder::AgentBuilder;
 pub use tool::AgentTool;
 pub use typed::{OUTPUT_RETRIES, Typed, output_schema};
 
