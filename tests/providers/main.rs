@@ -6,3 +6,4 @@
 mod aimock;
 mod credentials;
 mod interop;
+mod typed;
