@@ -645,13 +645,16 @@ async fn a_tool_whose_policy_says_so_ends_the_run_with_its_error() {
         turn(&[probe_call("raises", "")]),
         ChatResponse::text("unreachable"),
     ]);
-    let mut builder = AgentHarness::builder(model).include_detailed_errors(true);
+    // Detailed errors off (the default): the model would read only that it
+    // failed; the host's error keeps the tool's own text.
+    let mut builder = AgentHarness::builder(model);
     builder.register(raises).unwrap();
     assert_eq!(
         builder.build().unwrap().run("go").await.unwrap_err(),
         TinyAgentsError::ToolFailed {
             tool: "raises".into(),
-            message: "ledger offline".into()
+            message: "tool 'raises' failed (details withheld)".into(),
+            detail: Some("ledger offline".into()),
         }
     );
 }

@@ -99,3 +99,66 @@ async fn enabling_nested_calls_keeps_the_forty_model_call_cap() {
         (MAX_ITERATIONS_PER_REQUEST, 3)
     );
 }
+
+/// Withheld from the model is not withheld from the host: with detailed
+/// errors off, the host's `ToolFailed` event and the ledger's settled row
+/// keep the tool's own text (scrubbed by redaction like every payload), on
+/// a model-issued and a nested call alike.
+#[tokio::test]
+async fn the_host_reads_what_the_model_may_not_in_its_events_and_ledger() {
+    use tinyagents::core::RunId;
+    use tinyagents::ledger::{CallStatus, EffectLedger};
+    let nests = FnTool::with_context(
+        "nests",
+        "Nests.",
+        |_: Empty, ctx: ToolRunContext| async move {
+            let exec = ToolExecutionContext::from_run_context(&ctx);
+            let inner = exec.call_tool("fail", json!({})).await;
+            anyhow::Ok(format!("inner failed: {}", inner.is_err()))
+        },
+    );
+    let ledger = Arc::new(MemoryLedger::new());
+    let harness = AgentHarness::builder(Arc::new(ScriptedModel::new([
+        ScriptedModel::tool_calls([("fail", json!({})), ("nests", json!({}))]),
+        ChatResponse::text("sorry"),
+    ])))
+    .tool(failing())
+    .tool(nests)
+    .limits(RunLimits::default().with_max_nested_depth(1))
+    .ledger(ledger.clone())
+    .build()
+    .unwrap();
+    let mut handle = harness.start(RunRequest::new("go").with_run_id(RunId::new("r")));
+    let mut events = Vec::new();
+    while let Some(event) = handle.next_event().await {
+        events.push(event);
+    }
+    let run = handle.wait().await.unwrap();
+    assert!(!read(&run).contains("hunter2"), "the model never reads it");
+    let failed: Vec<(String, String)> = events
+        .iter()
+        .filter_map(|e| match e {
+            AgentEvent::ToolFailed { call_id, error, .. } => {
+                Some((call_id.to_string(), error.clone()))
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(failed.len(), 2, "{failed:?}");
+    assert!(
+        failed
+            .iter()
+            .all(|(_, error)| error == "db password is hunter2"),
+        "{failed:?}"
+    );
+    let rows = ledger.rows(&RunId::new("r")).await.unwrap();
+    let failed_rows: Vec<_> = rows
+        .iter()
+        .filter(|r| r.status == CallStatus::Failed)
+        .collect();
+    assert_eq!(failed_rows.len(), 2, "{rows:?}");
+    for row in failed_rows {
+        let stored = row.result.as_ref().unwrap();
+        assert_eq!(stored.content, "db password is hunter2", "{}", row.call_id);
+    }
+}

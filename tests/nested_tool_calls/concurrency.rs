@@ -295,7 +295,7 @@ async fn nt_41_a_safe_nested_call_cannot_call_an_unsafe_tool() {
     );
     let (run, events) = run_checked(&harness).await;
     let error = snode.err("p1/1", 0);
-    let TinyAgentsError::ToolFailed { tool, message } = &error else {
+    let TinyAgentsError::ToolFailed { tool, message, .. } = &error else {
         panic!("{error:?}")
     };
     assert_eq!(tool, "write");

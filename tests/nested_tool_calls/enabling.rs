@@ -227,7 +227,7 @@ async fn nt_05_outside_the_loop_call_tool_fails_with_the_quoted_error() {
     let harness = ToolExecutionContext::from_run_context(&context);
     assert_eq!(harness.call_id(), &CallId::new("p1"));
     match harness.call_tool("search", json!({})).await.unwrap_err() {
-        TinyAgentsError::ToolFailed { tool, message } => {
+        TinyAgentsError::ToolFailed { tool, message, .. } => {
             assert_eq!(tool, "search");
             assert!(
                 message.starts_with("cannot call tool 'search' "),

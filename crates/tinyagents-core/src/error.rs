@@ -19,8 +19,13 @@ pub enum TinyAgentsError {
     ToolFailed {
         /// The tool's name.
         tool: String,
-        /// What went wrong.
+        /// What went wrong, as the model reads it.
         message: String,
+        /// The error's own text when `message` withholds it (detailed
+        /// errors off): for the host (its events, the ledger row, the
+        /// run's error), never for the model. `None` when `message` is the
+        /// whole story.
+        detail: Option<String>,
     },
     /// A tool's arguments were not acceptable. It displays as `message`
     /// alone, which already names the tool, so the tool is named once:
@@ -127,6 +132,33 @@ impl TinyAgentsError {
         Self::ToolFailed {
             tool: tool.into(),
             message: message.into(),
+            detail: None,
+        }
+    }
+
+    /// A `ToolFailed` error whose text the model does not read: it reads
+    /// `message`, the host reads `detail`.
+    pub fn tool_failed_withheld(
+        tool: impl Into<String>,
+        message: impl Into<String>,
+        detail: impl Into<String>,
+    ) -> Self {
+        Self::ToolFailed {
+            tool: tool.into(),
+            message: message.into(),
+            detail: Some(detail.into()),
+        }
+    }
+
+    /// What the host reads of this error: a withheld tool error's own text
+    /// (see [`ToolFailed::detail`](Self::ToolFailed)), else its message.
+    pub fn host_text(&self) -> String {
+        match self {
+            Self::ToolFailed {
+                detail: Some(detail),
+                ..
+            } => detail.clone(),
+            other => other.to_string(),
         }
     }
 }

@@ -110,7 +110,8 @@ pub enum AgentEvent {
         metadata: Option<Value>,
     },
     /// A tool call was refused, raised an error, panicked, timed out or was
-    /// cancelled.
+    /// cancelled. `error` is the error's own text (redacted), also when the
+    /// model read only that the tool failed (detailed errors off).
     ToolFailed {
         /// The call.
         call_id: CallId,

@@ -278,8 +278,12 @@ impl AgentHarnessBuilder {
     /// model. Off by default (as everywhere in tinyagents: the
     /// orchestrator and `Agent` agree): the model reads only that the tool
     /// failed, since an error's text may carry what the model should not
-    /// see. The harness's own refusals are never withheld, and a tool's own
-    /// error result (`ToolResult::error`) is its answer, always read.
+    /// see. The host still reads it: the call's `ToolFailed` event, its
+    /// settled ledger row and an `EndRun` run error
+    /// (`TinyAgentsError::ToolFailed::detail`) keep the error's own text,
+    /// redacted like every payload. The harness's own refusals are never
+    /// withheld, and a tool's own error result (`ToolResult::error`) is its
+    /// answer, always read.
     #[must_use]
     pub fn include_detailed_errors(mut self, include: bool) -> Self {
         self.detailed_errors = include;

@@ -110,14 +110,18 @@ impl<'a> Next<'a> {
                     .await
                 {
                     Ok(result) => result,
-                    Err(panic) => Err(TinyAgentsError::ToolFailed {
-                        message: if ctx.detailed_errors {
-                            format!("tool '{name}' panicked: {}", panic_text(panic.as_ref()))
+                    Err(panic) => {
+                        let text =
+                            format!("tool '{name}' panicked: {}", panic_text(panic.as_ref()));
+                        Err(if ctx.detailed_errors {
+                            TinyAgentsError::tool_failed(name, text)
                         } else {
-                            withheld(&name)
-                        },
-                        tool: name,
-                    }),
+                            {
+                                let message = withheld(&name);
+                                TinyAgentsError::tool_failed_withheld(name, message, text)
+                            }
+                        })
+                    }
                 }
             }
         }
@@ -155,14 +159,24 @@ async fn invoke(
             {
                 return asked.clone();
             }
-            let message = match error.downcast_ref::<TinyAgentsError>() {
-                Some(inner) => inner.to_string(),
-                None if ctx.detailed_errors => format!("{error:#}"),
-                None => withheld(&call.name),
-            };
-            TinyAgentsError::ToolFailed {
-                tool: call.name,
-                message,
+            match error.downcast_ref::<TinyAgentsError>() {
+                // A forwarded error keeps what the host may read of it.
+                Some(inner) => TinyAgentsError::ToolFailed {
+                    message: inner.to_string(),
+                    detail: match inner {
+                        TinyAgentsError::ToolFailed { detail, .. } => detail.clone(),
+                        _ => None,
+                    },
+                    tool: call.name,
+                },
+                None if ctx.detailed_errors => {
+                    TinyAgentsError::tool_failed(call.name, format!("{error:#}"))
+                }
+                // The model reads that it failed; the host keeps the text.
+                None => {
+                    let withheld = withheld(&call.name);
+                    TinyAgentsError::tool_failed_withheld(call.name, withheld, format!("{error:#}"))
+                }
             }
         })
 }

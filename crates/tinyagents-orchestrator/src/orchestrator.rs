@@ -99,7 +99,8 @@ impl AgentOrchestrator {
     }
 
     /// Whether the text of a tool's raised error reaches the model (off by
-    /// default; the harness's own refusals always do).
+    /// default; the harness's own refusals always do). The host's events
+    /// and ledger rows keep it either way.
     #[must_use]
     pub fn include_detailed_errors(mut self, include: bool) -> Self {
         self.governance.detailed_errors = include;

@@ -179,10 +179,10 @@ pub(crate) struct NestedRunner {
 }
 
 fn parent_settled(name: &str, parent: &CallId, why: &str) -> TinyAgentsError {
-    TinyAgentsError::ToolFailed {
-        tool: name.to_owned(),
-        message: format!("parent settled: {parent} {why} while nested call '{name}' was in flight"),
-    }
+    TinyAgentsError::tool_failed(
+        name,
+        format!("parent settled: {parent} {why} while nested call '{name}' was in flight"),
+    )
 }
 
 impl NestedRunner {
@@ -383,12 +383,12 @@ impl NestedRunner {
         };
         match (parent_hold, shared) {
             (Some(HoldKind::Shared), true) => Ok((Hold::Inherited, HoldKind::Shared)),
-            (Some(HoldKind::Shared), false) => Err(TinyAgentsError::ToolFailed {
-                tool: name.to_owned(),
-                message: format!(
+            (Some(HoldKind::Shared), false) => Err(TinyAgentsError::tool_failed(
+                name,
+                format!(
                     "nested call '{name}' is not concurrency-safe, and its parent {parent} is: a shared hold cannot be upgraded to an exclusive one"
                 ),
-            }),
+            )),
             (_, true) => Ok((Hold::Shared(gate.read_owned().await), HoldKind::Shared)),
             (_, false) => Ok((
                 Hold::Exclusive(gate.write_owned().await),
@@ -637,10 +637,7 @@ impl NestedRunner {
             let message = format!("nested call '{name}' refused: the run was cancelled");
             self.refuse_here(&id, parent, name, &arguments, &message)
                 .await;
-            return Err(TinyAgentsError::ToolFailed {
-                tool: name.to_owned(),
-                message,
-            });
+            return Err(TinyAgentsError::tool_failed(name, message));
         }
         let (reply, answer) = oneshot::channel();
         let request = NestedRequest {

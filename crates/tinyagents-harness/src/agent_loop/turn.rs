@@ -338,10 +338,16 @@ impl<'h> Run<'h> {
         let failed = error.is_some();
         let end_run = entry.is_some_and(|e| e.spec().error_policy == ToolErrorPolicy::EndRun);
         if (failed || result.is_error) && end_run {
+            // The host's error keeps a withheld error's own text.
+            let detail = match &error {
+                Some(TinyAgentsError::ToolFailed { detail, .. }) => detail.clone(),
+                _ => None,
+            };
             fold.fatal
                 .get_or_insert_with(|| TinyAgentsError::ToolFailed {
                     tool: call.name.clone(),
                     message: result.content.clone(),
+                    detail,
                 });
         }
         if let (false, Some(control)) = (failed, result.control) {

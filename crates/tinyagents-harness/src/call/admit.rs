@@ -612,10 +612,7 @@ fn consume_approval(scope: &mut Scope<'_>, call: &ToolCall) {
 /// as it is, so the text does not say it twice.
 fn denial(by: &str, reason: String, tool: &str) -> TinyAgentsError {
     if reason.starts_with("denied by ") {
-        TinyAgentsError::ToolFailed {
-            tool: tool.to_owned(),
-            message: reason,
-        }
+        TinyAgentsError::tool_failed(tool, reason)
     } else {
         TinyAgentsError::Denied {
             by: by.to_owned(),

@@ -144,18 +144,21 @@ impl ToolEvents {
             .await;
     }
 
-    /// The terminal event of a call that ran: `ToolFailed` (with the text
-    /// the model reads) when it failed, else `ToolCompleted`.
+    /// The terminal event of a call that ran: `ToolFailed` when it failed
+    /// (with the text the model reads, or, when that withholds the error's
+    /// own text, `withheld`: the host reads what the model may not), else
+    /// `ToolCompleted`.
     pub(crate) async fn ended(
         &self,
         id: &CallId,
         name: &str,
         duration_ms: u64,
         result: &ToolResult,
-        failed: bool,
+        failed: Option<Option<String>>,
     ) {
-        if failed {
-            self.failed(id, name, duration_ms, &result.content).await;
+        if let Some(withheld) = failed {
+            let text = withheld.as_deref().unwrap_or(&result.content);
+            self.failed(id, name, duration_ms, text).await;
         } else {
             self.completed(id, name, duration_ms, result).await;
         }

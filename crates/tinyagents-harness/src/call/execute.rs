@@ -109,18 +109,19 @@ impl Run<'_> {
                 what: spec.name.clone(),
                 after_ms: timeout.map_or(0, |t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
             }),
-            Some(Err(panic)) => Err(TinyAgentsError::tool_failed(
-                spec.name.clone(),
-                if harness.detailed_errors {
-                    format!(
-                        "tool '{}' panicked: {}",
-                        spec.name,
-                        panic_text(panic.as_ref())
-                    )
+            Some(Err(panic)) => {
+                let text = format!(
+                    "tool '{}' panicked: {}",
+                    spec.name,
+                    panic_text(panic.as_ref())
+                );
+                Err(if harness.detailed_errors {
+                    TinyAgentsError::tool_failed(spec.name.clone(), text)
                 } else {
-                    tinyagents_middleware::withheld(&spec.name)
-                },
-            )),
+                    let withheld = tinyagents_middleware::withheld(&spec.name);
+                    TinyAgentsError::tool_failed_withheld(spec.name.clone(), withheld, text)
+                })
+            }
             Some(Ok(result)) => result,
         };
         if let Some(runner) = nested {

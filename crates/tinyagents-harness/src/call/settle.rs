@@ -130,7 +130,13 @@ impl AgentHarness {
                     }
                 }
                 events
-                    .ended(&call.id, &call.name, duration_ms, &result, error.is_some())
+                    .ended(
+                        &call.id,
+                        &call.name,
+                        duration_ms,
+                        &result,
+                        host_failure(&error, ctx.limits.max_tool_result_bytes),
+                    )
                     .await;
                 Settlement::Answered { result, error }
             }
@@ -159,7 +165,13 @@ impl AgentHarness {
                     return Settlement::Claimed;
                 }
                 events
-                    .ended(&call.id, &call.name, duration_ms, &result, error.is_some())
+                    .ended(
+                        &call.id,
+                        &call.name,
+                        duration_ms,
+                        &result,
+                        host_failure(&error, ctx.limits.max_tool_result_bytes),
+                    )
                     .await;
                 runner.ended(&call.id);
                 Settlement::Answered { result, error }
@@ -209,7 +221,7 @@ impl AgentHarness {
             Err(TinyAgentsError::ApprovalRequired { reason, .. }) => {
                 Outcome::Deferred(redaction.text(reason.clone()))
             }
-            Err(error) => Outcome::Failed(redaction.text(error.to_string())),
+            Err(error) => Outcome::Failed(redaction.text(error.host_text())),
         };
         self.settle_row(ctx, events, call_id, settled).await;
         if durable {
@@ -228,4 +240,22 @@ pub(crate) fn truncate(content: &mut String, max: usize) {
     let kept_len = kept.len();
     *content = kept;
     content.push_str(&format!("\n[truncated: kept {kept_len} of {total} bytes]"));
+}
+
+/// What the host's `ToolFailed` reads of a failed call: `None` for a call
+/// that did not fail, `Some(None)` for the model's text, `Some(Some(text))`
+/// for the error's own text (cut to `max` bytes, as a result is) when the
+/// model's withholds it.
+fn host_failure(error: &Option<TinyAgentsError>, max: usize) -> Option<Option<String>> {
+    error.as_ref().map(|error| match error {
+        TinyAgentsError::ToolFailed {
+            detail: Some(detail),
+            ..
+        } => {
+            let mut detail = detail.clone();
+            truncate(&mut detail, max);
+            Some(detail)
+        }
+        _ => None,
+    })
 }

@@ -134,13 +134,13 @@ impl ToolExecutionContext {
     ) -> Result<ToolResult, TinyAgentsError> {
         match &self.runner {
             Some(runner) => runner.call(&self.call_id, name, arguments).await,
-            None => Err(TinyAgentsError::ToolFailed {
-                tool: name.to_owned(),
-                message: format!(
+            None => Err(TinyAgentsError::tool_failed(
+                name,
+                format!(
                     "cannot call tool '{name}' from {}: nested tool calls are only available while the agent loop executes the calling tool",
                     self.call_id
                 ),
-            }),
+            )),
         }
     }
 }
