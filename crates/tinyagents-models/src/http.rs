@@ -11,12 +11,12 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use bytes::Bytes;
-use reqwest::header::{CONTENT_LENGTH, CONTENT_TYPE, HeaderMap};
+use reqwest::header::{CONTENT_LENGTH, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
 use rustls_platform_verifier::BuilderVerifierExt;
 use tinyagents_core::{ChatResponse, DeltaSink, ModelDelta, ModelError};
 
 use crate::retry::{self, RetryPolicy};
-use crate::secret::Secrets;
+use crate::secret::{Secrets, is_sensitive_header};
 use crate::wire::{Failure, Stream, WireFormat, classify_status, malformed};
 
 /// The most bytes of an error response that are read (for its message).
@@ -304,6 +304,30 @@ fn tls_config() -> Result<rustls::ClientConfig, ModelError> {
         .map_err(|message| ModelError::InvalidRequest {
             message: format!("cannot set up TLS: {message}"),
         })
+}
+
+/// Adds a config's extra headers to `headers`, those that carry
+/// credentials marked sensitive.
+pub(crate) fn insert_headers(
+    headers: &mut HeaderMap,
+    extra: &[(String, String)],
+) -> Result<(), ModelError> {
+    for (name, value) in extra {
+        let name =
+            HeaderName::from_bytes(name.as_bytes()).map_err(|_| ModelError::InvalidRequest {
+                message: format!("invalid header name {name:?}"),
+            })?;
+        let mut value = header_value(value, "a header value")?;
+        value.set_sensitive(is_sensitive_header(name.as_str()));
+        headers.insert(name, value);
+    }
+    Ok(())
+}
+
+pub(crate) fn header_value(value: &str, what: &str) -> Result<HeaderValue, ModelError> {
+    HeaderValue::from_str(value).map_err(|_| ModelError::InvalidRequest {
+        message: format!("{what} is not a valid HTTP header value"),
+    })
 }
 
 #[cfg(test)]

@@ -41,12 +41,9 @@ pub mod anthropic;
 mod http;
 #[cfg(feature = "openai")]
 pub mod openai;
-// Anthropic's client borrows two header helpers of OpenAI's module; without
-// the `openai` feature that module is compiled for them alone, unexported.
-#[cfg(all(feature = "anthropic", not(feature = "openai")))]
-#[allow(dead_code, unreachable_pub)]
-mod openai;
 mod retry;
+#[cfg(any(feature = "openai", feature = "anthropic"))]
+mod schema_name;
 mod scripted;
 // Only the spec parser's URL redaction is used without a provider.
 #[cfg_attr(not(any(feature = "openai", feature = "anthropic")), allow(dead_code))]

@@ -21,7 +21,7 @@ use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderValue};
 use tinyagents_core::{ChatModel, ChatRequest, ChatResponse, DeltaSink, ModelDelta, ModelError};
 
 use crate::http::{Http, HttpOptions};
-use crate::openai::{header_value, insert_headers};
+use crate::http::{header_value, insert_headers};
 use crate::secret::{Secrets, redact_url};
 use crate::wire::WireFormat;
 

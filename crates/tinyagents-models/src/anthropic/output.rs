@@ -33,7 +33,7 @@ use tinyagents_core::{
     ChatResponse, DeltaSink, ModelDelta, ModelToolCall, OutputSchema, ToolDefinition,
 };
 
-use crate::openai::{MAX_SCHEMA_NAME, schema_name};
+use crate::schema_name::{MAX_SCHEMA_NAME, schema_name};
 
 /// The prefix of the output tool's name.
 const PREFIX: &str = "respond_";

@@ -13,17 +13,13 @@
 mod request;
 mod response;
 
-// Anthropic's output tool is named by the same rule.
-#[cfg(feature = "anthropic")]
-pub(crate) use request::{MAX_SCHEMA_NAME, schema_name};
-
 use async_trait::async_trait;
 use bytes::Bytes;
-use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
+use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderValue};
 use tinyagents_core::{ChatModel, ChatRequest, ChatResponse, DeltaSink, ModelError};
 
-use crate::http::{Http, HttpOptions};
-use crate::secret::{Secrets, is_sensitive_header, redact_url};
+use crate::http::{Http, HttpOptions, header_value, insert_headers};
+use crate::secret::{Secrets, redact_url};
 use crate::wire::WireFormat;
 
 /// OpenAI's API root.
@@ -218,30 +214,6 @@ impl OpenAiModel {
     pub fn http_options(&self) -> &HttpOptions {
         self.http.options()
     }
-}
-
-/// Adds a config's extra headers to `headers`, those that carry
-/// credentials marked sensitive.
-pub(crate) fn insert_headers(
-    headers: &mut HeaderMap,
-    extra: &[(String, String)],
-) -> Result<(), ModelError> {
-    for (name, value) in extra {
-        let name =
-            HeaderName::from_bytes(name.as_bytes()).map_err(|_| ModelError::InvalidRequest {
-                message: format!("invalid header name {name:?}"),
-            })?;
-        let mut value = header_value(value, "a header value")?;
-        value.set_sensitive(is_sensitive_header(name.as_str()));
-        headers.insert(name, value);
-    }
-    Ok(())
-}
-
-pub(crate) fn header_value(value: &str, what: &str) -> Result<HeaderValue, ModelError> {
-    HeaderValue::from_str(value).map_err(|_| ModelError::InvalidRequest {
-        message: format!("{what} is not a valid HTTP header value"),
-    })
 }
 
 #[async_trait]
