@@ -38,7 +38,7 @@ pub use limits::{LimitBehavior, LimitKind, RunLimits, Usage};
 pub use message::Message;
 pub use model::{
     ChatModel, ChatRequest, ChatResponse, DeltaSink, ModelDelta, ModelError, ModelOptions,
-    OutputSchema, ToolDefinition,
+    OutputSchema, ToolDefinition, shared_model,
 };
 pub use tracker::{BudgetCounts, LimitTracker};
 

@@ -247,6 +247,24 @@ pub trait ChatModel: Send + Sync {
     async fn chat(&self, request: ChatRequest<'_>) -> Result<ChatResponse, ModelError>;
 }
 
+/// `model` as the shared model a harness keeps: an `Arc<dyn ChatModel>`
+/// (what a provider factory returns) as it is, anything else in a new
+/// `Arc`. Builders take `impl ChatModel` through this, so a model, an
+/// `Arc` of one and a shared `Arc<dyn ChatModel>` all go.
+pub fn shared_model(model: impl ChatModel + 'static) -> std::sync::Arc<dyn ChatModel> {
+    let mut slot = Some(model);
+    if let Some(shared) = (&mut slot as &mut dyn std::any::Any)
+        .downcast_mut::<Option<std::sync::Arc<dyn ChatModel>>>()
+        .and_then(Option::take)
+    {
+        return shared;
+    }
+    // Invariant: the downcast failed, so nothing took the model out of the
+    // slot.
+    #[allow(clippy::expect_used)]
+    std::sync::Arc::new(slot.expect("the model is still in its slot"))
+}
+
 /// A shared model is a model: `Arc<dyn ChatModel>` (what a provider
 /// factory returns) goes wherever an `impl ChatModel` does.
 #[async_trait]
@@ -257,5 +275,35 @@ impl<T: ChatModel + ?Sized> ChatModel for std::sync::Arc<T> {
 
     async fn chat(&self, request: ChatRequest<'_>) -> Result<ChatResponse, ModelError> {
         (**self).chat(request).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+
+    struct Named(&'static str);
+
+    #[async_trait]
+    impl ChatModel for Named {
+        fn name(&self) -> &str {
+            self.0
+        }
+
+        async fn chat(&self, _request: ChatRequest<'_>) -> Result<ChatResponse, ModelError> {
+            Ok(ChatResponse::text(self.0))
+        }
+    }
+
+    #[test]
+    fn a_shared_model_is_kept_as_it_is_and_anything_else_is_shared() {
+        let shared: Arc<dyn ChatModel> = Arc::new(Named("a"));
+        assert!(Arc::ptr_eq(&shared_model(Arc::clone(&shared)), &shared));
+        assert_eq!(shared_model(Named("b")).name(), "b");
+        // An `Arc` of a concrete model is a model too (one more hop).
+        let concrete = Arc::new(Named("c"));
+        assert_eq!(shared_model(Arc::clone(&concrete)).name(), "c");
     }
 }

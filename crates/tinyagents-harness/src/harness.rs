@@ -55,10 +55,11 @@ impl std::fmt::Debug for AgentHarness {
 }
 
 impl AgentHarness {
-    /// Starts building a harness around `model`.
-    pub fn builder(model: Arc<dyn ChatModel>) -> AgentHarnessBuilder {
+    /// Starts building a harness around `model`: a model, an `Arc` of one,
+    /// or a shared `Arc<dyn ChatModel>` (kept as it is).
+    pub fn builder(model: impl ChatModel + 'static) -> AgentHarnessBuilder {
         AgentHarnessBuilder {
-            model,
+            model: tinyagents_core::shared_model(model),
             tools: ToolRegistry::new(),
             allowed: None,
             middlewares: Vec::new(),

@@ -70,17 +70,11 @@ impl AgentBuilder {
         }
     }
 
-    /// The model it runs on.
+    /// The model it runs on: a model, an `Arc` of one, or a shared
+    /// `Arc<dyn ChatModel>` (what `models::from_env` returns).
     #[must_use]
     pub fn model(mut self, model: impl ChatModel + 'static) -> Self {
-        self.model = Some(Arc::new(model));
-        self
-    }
-
-    /// The model it runs on, shared with others.
-    #[must_use]
-    pub fn shared_model(mut self, model: Arc<dyn ChatModel>) -> Self {
-        self.model = Some(model);
+        self.model = Some(tinyagents_core::shared_model(model));
         self
     }
 
