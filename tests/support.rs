@@ -13,6 +13,8 @@ use tinyagents::prelude::*;
 /// The guides' examples, compiled and run as doc tests against the facade
 /// alone (`cargo test --doc -p tinyagents-tests`).
 pub mod guides {
+    #[doc = include_str!("../README.md")]
+    pub mod readme {}
     #[doc = include_str!("../docs/middleware.md")]
     pub mod middleware {}
     #[doc = include_str!("../docs/writing-tools.md")]
