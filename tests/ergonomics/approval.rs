@@ -70,7 +70,16 @@ async fn a_session_run_that_suspends_keeps_its_conversation_through_a_stored_res
     // Nothing is stored while the run waits.
     assert!(agent.transcript(&scope).await.unwrap().is_empty());
 
-    let stored = serde_json::to_string(&run.suspended.unwrap()).unwrap();
+    let suspended = run.suspended.unwrap();
+    // Where the session turn stood rides in the properties, without the
+    // input itself (only the transcript, which redaction covers, holds it).
+    let properties = serde_json::to_string(&suspended.properties).unwrap();
+    assert!(
+        properties.contains("tinyagents.session_turn"),
+        "{properties}"
+    );
+    assert!(!properties.contains("deploy billing"), "{properties}");
+    let stored = serde_json::to_string(&suspended).unwrap();
     let suspended: SuspendedRun = serde_json::from_str(&stored).unwrap();
     let decisions: Vec<_> = suspended.pending().map(PendingCall::approve).collect();
     let run = agent.resume(suspended, &decisions).await.unwrap();

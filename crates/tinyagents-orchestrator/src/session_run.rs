@@ -5,7 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
-use tinyagents_core::{RunId, RunStatus};
+use tinyagents_core::{Message, RunId, RunStatus, args_hash};
 use tinyagents_harness::{
     AgentRun, ApprovalDecision, EventSink, ResumeOptions, RunRequest, SuspendedRun,
 };
@@ -31,8 +31,9 @@ pub(crate) struct SessionTurn {
     /// Whether compaction or cleaning changed the stored conversation (then
     /// the session is rewritten whole).
     rewritten: bool,
-    /// The run's input.
-    input: String,
+    /// The hash of the run's input (the input itself stays out of the
+    /// stored state's properties: only the transcript, redacted, holds it).
+    input_hash: String,
 }
 
 impl SessionTurn {
@@ -45,6 +46,10 @@ impl SessionTurn {
             properties.insert(SESSION_TURN_PROPERTY.to_owned(), value);
         }
     }
+}
+
+fn input_hash(input: &str) -> String {
+    args_hash(&Value::String(input.to_owned()))
 }
 
 fn session_error(source: crate::session::SessionError) -> RunError {
@@ -78,7 +83,7 @@ impl ActiveAgent {
             stored,
             given: history.len(),
             rewritten,
-            input: request.input.clone(),
+            input_hash: input_hash(&request.input),
         };
         request.history = history;
         scope.write_to(&mut request.properties);
@@ -171,9 +176,19 @@ impl ActiveAgent {
         // Appending keeps the stored record's agent: only when it is this
         // one (a whole save would set it).
         let same_record = record.revision > 0 && record.agent_id.as_ref() == Some(self.agent.id());
-        let appended = self
-            .agent
-            .appended_from(&run.messages, turn.stored, turn.given, &turn.input)
+        // The run's input is where the history it was given ends.
+        let instruction = usize::from(matches!(run.messages.first(), Some(Message::System { .. })));
+        let input = match run.messages.get(instruction + turn.given) {
+            Some(Message::User { content }) if input_hash(content) == turn.input_hash => {
+                Some(content.as_str())
+            }
+            _ => None,
+        };
+        let appended = input
+            .and_then(|input| {
+                self.agent
+                    .appended_from(&run.messages, turn.stored, turn.given, input)
+            })
             .filter(|_| same_record && !turn.rewritten);
         match appended {
             // `appended_from` only answers an index inside the messages.
