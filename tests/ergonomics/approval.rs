@@ -51,12 +51,13 @@ fn requested(events: &[AgentEvent]) -> Vec<(CallId, String, String)> {
         .collect()
 }
 
-#[tokio::test]
-async fn a_session_run_that_suspends_keeps_its_conversation_through_a_stored_resume() {
+/// An agent whose spec-flagged `deploy` suspended its run in the session
+/// `chan`; once approved, the model answers `answer`.
+async fn suspended_in_session(answer: &str) -> (Agent, SessionScope, AgentRun) {
     let agent = Agent::builder("ops")
         .model(ScriptedModel::new([
             asks_deploy(),
-            ChatResponse::text("billing is out"),
+            ChatResponse::text(answer),
         ]))
         .tool(deploy(true))
         .build()
@@ -66,6 +67,12 @@ async fn a_session_run_that_suspends_keeps_its_conversation_through_a_stored_res
         .run_in_session(&scope, "deploy billing")
         .await
         .unwrap();
+    (agent, scope, run)
+}
+
+#[tokio::test]
+async fn a_session_run_that_suspends_keeps_its_conversation_through_a_stored_resume() {
+    let (agent, scope, run) = suspended_in_session("billing is out").await;
     assert_eq!(run.status, RunStatus::AwaitingApproval);
     // Nothing is stored while the run waits.
     assert!(agent.transcript(&scope).await.unwrap().is_empty());
@@ -130,19 +137,7 @@ async fn an_orchestrated_agent_resumes_in_its_session() {
 
 #[tokio::test]
 async fn a_denied_call_completes_the_session_turn_with_the_refusal_read_by_the_model() {
-    let agent = Agent::builder("ops")
-        .model(ScriptedModel::new([
-            asks_deploy(),
-            ChatResponse::text("not deployed"),
-        ]))
-        .tool(deploy(true))
-        .build()
-        .unwrap();
-    let scope = SessionScope::new("chan");
-    let run = agent
-        .run_in_session(&scope, "deploy billing")
-        .await
-        .unwrap();
+    let (agent, scope, run) = suspended_in_session("not deployed").await;
     let suspended = run.suspended.unwrap();
     let decisions: Vec<_> = suspended.pending().map(|p| p.deny("not today")).collect();
     let run = agent.resume(suspended, &decisions).await.unwrap();

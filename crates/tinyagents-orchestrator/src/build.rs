@@ -63,6 +63,98 @@ impl std::fmt::Debug for Governance {
     }
 }
 
+/// The governance setters of a builder whose agents it governs (a
+/// `governance: Governance` field): written once, for the orchestrator and
+/// for `Agent::builder`.
+macro_rules! governance_setters {
+    () => {
+        /// Sets every limit of the runs of the agents it builds (including
+        /// `max_depth`, the cap on chains of agents calling agents). This
+        /// replaces them all, the 40-model-call cap included: to change
+        /// one, use [`map_limits`](Self::map_limits) or
+        /// [`max_nested_depth`](Self::max_nested_depth).
+        #[must_use]
+        pub fn limits(mut self, limits: tinyagents_core::RunLimits) -> Self {
+            self.governance.limits = limits;
+            self
+        }
+
+        /// Changes the limits of the runs of the agents it builds from
+        /// what they are.
+        #[must_use]
+        pub fn map_limits(
+            mut self,
+            f: impl FnOnce(tinyagents_core::RunLimits) -> tinyagents_core::RunLimits,
+        ) -> Self {
+            self.governance.limits = f(self.governance.limits);
+            self
+        }
+
+        /// Lets the tools of the agents it builds nest calls up to `depth`
+        /// levels (0 turns nesting off), leaving every other limit as it is.
+        #[must_use]
+        pub fn max_nested_depth(self, depth: u32) -> Self {
+            self.map_limits(|limits| limits.with_max_nested_depth(depth))
+        }
+
+        /// How many consecutive failing iterations a request tolerates (3).
+        #[must_use]
+        pub fn max_consecutive_errors(mut self, n: u32) -> Self {
+            self.governance.max_consecutive_errors = n;
+            self
+        }
+
+        /// Whether the text of a tool's raised error reaches the model (off
+        /// by default; the harness's own refusals always do). The host's
+        /// events and ledger rows keep it either way.
+        #[must_use]
+        pub fn include_detailed_errors(mut self, include: bool) -> Self {
+            self.governance.detailed_errors = include;
+            self
+        }
+
+        /// Lets agent tools run concurrently; calls on the same child
+        /// session still wait for each other. Off by default.
+        #[must_use]
+        pub fn parallel_delegation(mut self, parallel: bool) -> Self {
+            self.governance.tool_options.parallel = parallel;
+            self
+        }
+
+        /// Lets delegated runs spend from their caller's budget
+        /// (tree-wide). Off by default.
+        #[must_use]
+        pub fn shared_budget(mut self, shared: bool) -> Self {
+            self.governance.tool_options.shared_budget = shared;
+            self
+        }
+
+        /// Records every tool call of the agents it builds in `ledger`
+        /// (started and settled rows, checkpoints), so a run whose process
+        /// died can be recovered. A delegated run's rows are keyed by its
+        /// run id, [`child_run_id`](crate::child_run_id) of the calling run
+        /// and call, which links them to the call that started it.
+        #[must_use]
+        pub fn ledger(
+            mut self,
+            ledger: std::sync::Arc<dyn tinyagents_ledger::EffectLedger>,
+        ) -> Self {
+            self.governance.ledger = Some(ledger);
+            self
+        }
+
+        /// What a built agent does when a started row cannot be written
+        /// ([`LedgerFailure::Abort`](tinyagents_ledger::LedgerFailure::Abort),
+        /// refusing the call, by default).
+        #[must_use]
+        pub fn ledger_failure(mut self, failure: tinyagents_ledger::LedgerFailure) -> Self {
+            self.governance.ledger_failure = failure;
+            self
+        }
+    };
+}
+pub(crate) use governance_setters;
+
 /// What every build of an orchestrator shares.
 pub(crate) struct BuildContext<'a> {
     pub(crate) request: &'a AgentBuildRequest,

@@ -84,10 +84,9 @@ impl ToolSelection {
             self.omitted.push(omit(OmitReason::NetworkEgress));
             return;
         }
-        // The harness holds a tool whose spec flags it (approval_required
-        // or external) for a person, failing closed; only an approval
-        // lets it run.
-        let flagged = spec.approval_required || spec.external;
+        // The harness holds a tool whose spec flags it for a person,
+        // failing closed; only an approval lets it run.
+        let flagged = spec.waits_for_person();
         let held = policy == ToolPolicy::RequireApproval;
         if held || (flagged && policy != ToolPolicy::AutoApprove) {
             if !active {

@@ -4,8 +4,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
-use tinyagents_core::{AgentId, RunLimits};
-use tinyagents_ledger::{EffectLedger, LedgerFailure};
+use tinyagents_core::AgentId;
 
 use crate::agent::{ActiveAgent, AgentRole, BuiltAgent};
 use crate::build::{BuildContext, Governance};
@@ -66,80 +65,7 @@ impl AgentOrchestrator {
         }
     }
 
-    /// Sets the limits of every built agent's runs (including `max_depth`,
-    /// the cap on chains of agents calling agents). This replaces them
-    /// all, the 40-model-call cap included: to change one, use
-    /// [`map_limits`](Self::map_limits) or
-    /// [`max_nested_depth`](Self::max_nested_depth).
-    #[must_use]
-    pub fn limits(mut self, limits: RunLimits) -> Self {
-        self.governance.limits = limits;
-        self
-    }
-
-    /// Changes the limits of every built agent's runs from what they are.
-    #[must_use]
-    pub fn map_limits(mut self, f: impl FnOnce(RunLimits) -> RunLimits) -> Self {
-        self.governance.limits = f(self.governance.limits);
-        self
-    }
-
-    /// Lets every built agent's tools nest calls up to `depth` levels (0
-    /// turns nesting off), leaving every other limit as it is.
-    #[must_use]
-    pub fn max_nested_depth(self, depth: u32) -> Self {
-        self.map_limits(|limits| limits.with_max_nested_depth(depth))
-    }
-
-    /// Sets how many consecutive failing iterations a request tolerates.
-    #[must_use]
-    pub fn max_consecutive_errors(mut self, n: u32) -> Self {
-        self.governance.max_consecutive_errors = n;
-        self
-    }
-
-    /// Whether the text of a tool's raised error reaches the model (off by
-    /// default; the harness's own refusals always do). The host's events
-    /// and ledger rows keep it either way.
-    #[must_use]
-    pub fn include_detailed_errors(mut self, include: bool) -> Self {
-        self.governance.detailed_errors = include;
-        self
-    }
-
-    /// Lets agent tools run concurrently; calls on the same child session
-    /// still wait for each other. Off by default.
-    #[must_use]
-    pub fn parallel_delegation(mut self, parallel: bool) -> Self {
-        self.governance.tool_options.parallel = parallel;
-        self
-    }
-
-    /// Lets delegated runs spend from their caller's budget (tree-wide).
-    /// Off by default.
-    #[must_use]
-    pub fn shared_budget(mut self, shared: bool) -> Self {
-        self.governance.tool_options.shared_budget = shared;
-        self
-    }
-
-    /// Records the tool calls of every built agent in `ledger`. A delegated
-    /// run's rows are keyed by its run id, [`child_run_id`](crate::child_run_id)
-    /// of the calling run and call, which links them to the call that
-    /// started it.
-    #[must_use]
-    pub fn ledger(mut self, ledger: Arc<dyn EffectLedger>) -> Self {
-        self.governance.ledger = Some(ledger);
-        self
-    }
-
-    /// What a built agent does when a started row cannot be written
-    /// ([`LedgerFailure::Abort`] by default).
-    #[must_use]
-    pub fn ledger_failure(mut self, failure: LedgerFailure) -> Self {
-        self.governance.ledger_failure = failure;
-        self
-    }
+    crate::build::governance_setters!();
 
     /// Registers a reducer that definitions name with
     /// [`Compaction::Custom`](crate::Compaction::Custom).

@@ -37,8 +37,12 @@ pub(crate) struct SessionTurn {
 }
 
 impl SessionTurn {
-    fn read(properties: &Map<String, Value>) -> Option<Self> {
-        serde_json::from_value(properties.get(SESSION_TURN_PROPERTY)?.clone()).ok()
+    /// The session a run's properties name, and where its turn started:
+    /// a run [`ActiveAgent::run_in_session`] started.
+    fn of(properties: &Map<String, Value>) -> Option<(SessionScope, Self)> {
+        let scope = SessionScope::from_properties(properties)?;
+        let turn = serde_json::from_value(properties.get(SESSION_TURN_PROPERTY)?.clone()).ok()?;
+        Some((scope, turn))
     }
 
     fn write(&self, properties: &mut Map<String, Value>) {
@@ -117,8 +121,7 @@ impl ActiveAgent {
         options: ResumeOptions,
         events: &EventSink,
     ) -> Result<AgentRun, RunError> {
-        let session = SessionScope::from_properties(&suspended.properties)
-            .zip(SessionTurn::read(&suspended.properties));
+        let session = SessionTurn::of(&suspended.properties);
         let _held = match &session {
             Some((scope, _)) => Some(self.sessions.lock(&scope.id).await),
             None => None,
@@ -150,9 +153,7 @@ impl ActiveAgent {
             .recover(run_id, options, events)
             .await
             .map_err(|source| RunError::Run { source })?;
-        let session =
-            SessionScope::from_properties(&run.properties).zip(SessionTurn::read(&run.properties));
-        if let Some((scope, turn)) = session {
+        if let Some((scope, turn)) = SessionTurn::of(&run.properties) {
             let _held = self.sessions.lock(&scope.id).await;
             let record = self.sessions.load(&scope).await.map_err(session_error)?;
             self.store_turn(&scope, &turn, record, &run).await?;

@@ -196,6 +196,14 @@ impl ToolSpec {
         self
     }
 
+    /// Whether the harness holds the tool's calls for a person: it is
+    /// `approval_required` or `external`. A model-issued call waits for an
+    /// approval bound to it; a nested one is refused; an agent called as a
+    /// tool does not offer it.
+    pub fn waits_for_person(&self) -> bool {
+        self.approval_required || self.external
+    }
+
     /// Sets the replay class.
     #[must_use]
     pub fn replay(mut self, replay: ToolReplay) -> Self {

@@ -372,7 +372,7 @@ impl AgentHarness {
             Stage::Approval => {
                 let entry = a.entry.ok_or_else(|| Stop::Refuse(before_lookup()))?;
                 let spec = entry.spec();
-                if !(spec.external || spec.approval_required) {
+                if !spec.waits_for_person() {
                     return Ok(());
                 }
                 match scope {

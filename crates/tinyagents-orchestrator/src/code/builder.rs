@@ -5,9 +5,8 @@ use std::any::Any;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use tinyagents_core::{AgentId, ChatModel, ModelOptions, PayloadCapture, RunLimits};
+use tinyagents_core::{AgentId, ChatModel, ModelOptions, PayloadCapture};
 use tinyagents_harness::AgentHarnessBuilder;
-use tinyagents_ledger::{EffectLedger, LedgerFailure};
 use tinyagents_middleware::{Middleware, SecurityGate, ToolMiddleware};
 use tinytools::{InvalidArgsPolicy, Tool};
 
@@ -138,15 +137,15 @@ impl AgentBuilder {
     }
 
     fn add_agent_tool(&mut self, tool: AgentTool) {
-        let normalized = normalize_function_name(&tool.name);
-        if normalized != tool.name {
+        let normalized = normalize_function_name(tool.name());
+        if normalized != tool.name() {
             self.problems.push(format!(
                 "agent tool name '{}' is not a function name (letters, digits and '_', at most 64): try '{normalized}'",
-                tool.name
+                tool.name()
             ));
             return;
         }
-        if self.claim(&tool.name) {
+        if self.claim(tool.name()) {
             self.agent_tools.push(tool.exposure());
         }
     }
@@ -193,78 +192,13 @@ impl AgentBuilder {
         self
     }
 
-    /// Sets every limit of its runs (replacing the 40-model-call default
-    /// too; see [`map_limits`](Self::map_limits)).
-    #[must_use]
-    pub fn limits(mut self, limits: RunLimits) -> Self {
-        self.governance.limits = limits;
-        self
-    }
-
-    /// Changes the limits of its runs from what they are.
-    #[must_use]
-    pub fn map_limits(mut self, f: impl FnOnce(RunLimits) -> RunLimits) -> Self {
-        self.governance.limits = f(self.governance.limits);
-        self
-    }
-
-    /// Lets its tools nest calls up to `depth` levels, leaving every other
-    /// limit as it is.
-    #[must_use]
-    pub fn max_nested_depth(self, depth: u32) -> Self {
-        self.map_limits(|limits| limits.with_max_nested_depth(depth))
-    }
-
-    /// How many consecutive failing iterations a request tolerates (3).
-    #[must_use]
-    pub fn max_consecutive_errors(mut self, n: u32) -> Self {
-        self.governance.max_consecutive_errors = n;
-        self
-    }
-
-    /// Whether the text of a tool's raised error reaches the model (off).
-    #[must_use]
-    pub fn include_detailed_errors(mut self, include: bool) -> Self {
-        self.governance.detailed_errors = include;
-        self
-    }
-
-    /// Records every tool call in `ledger` (started and settled rows,
-    /// checkpoints), so a run whose process died can be recovered. Agents
-    /// it calls as tools record there too unless they have their own.
-    #[must_use]
-    pub fn ledger(mut self, ledger: Arc<dyn EffectLedger>) -> Self {
-        self.governance.ledger = Some(ledger);
-        self
-    }
-
-    /// What happens when a started row cannot be written (the call is
-    /// refused by default).
-    #[must_use]
-    pub fn ledger_failure(mut self, failure: LedgerFailure) -> Self {
-        self.governance.ledger_failure = failure;
-        self
-    }
+    crate::build::governance_setters!();
 
     /// Keeps sessions (and the child sessions of agents it calls) in
     /// `store`; in memory when not set.
     #[must_use]
     pub fn sessions(mut self, store: Arc<dyn SessionStore>) -> Self {
         self.sessions = Some(store);
-        self
-    }
-
-    /// Lets the agents it calls as tools run at once (off: one at a time).
-    #[must_use]
-    pub fn parallel_delegation(mut self, parallel: bool) -> Self {
-        self.governance.tool_options.parallel = parallel;
-        self
-    }
-
-    /// Lets the agents it calls spend from its run's budget (off).
-    #[must_use]
-    pub fn shared_budget(mut self, shared: bool) -> Self {
-        self.governance.tool_options.shared_budget = shared;
         self
     }
 

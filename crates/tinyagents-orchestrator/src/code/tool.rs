@@ -31,8 +31,7 @@ use crate::session::SessionManager;
 #[derive(Clone)]
 pub struct AgentTool {
     pub(crate) recipe: Arc<Recipe>,
-    pub(crate) name: String,
-    pub(crate) description: String,
+    /// Its name and description are the spec's.
     spec: ToolSpec,
     sessions: Arc<SessionManager>,
     built: Arc<OnceLock<Result<AgentAsTool, BuildError>>>,
@@ -42,7 +41,7 @@ impl std::fmt::Debug for AgentTool {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("AgentTool")
             .field("agent", &self.recipe.definition.id)
-            .field("name", &self.name)
+            .field("name", &self.spec.name)
             .finish_non_exhaustive()
     }
 }
@@ -50,19 +49,19 @@ impl std::fmt::Debug for AgentTool {
 impl AgentTool {
     /// The function name the calling model sees.
     pub fn name(&self) -> &str {
-        &self.name
+        &self.spec.name
     }
 
     /// The description the calling model reads.
     pub fn description(&self) -> &str {
-        &self.description
+        &self.spec.description
     }
 
     pub(crate) fn exposure(self) -> Exposure {
         Exposure {
             recipe: self.recipe,
-            name: self.name,
-            description: self.description,
+            name: self.spec.name,
+            description: self.spec.description,
         }
     }
 
@@ -80,9 +79,9 @@ impl AgentTool {
                 false,
             ))
         });
-        built
-            .as_ref()
-            .map_err(|error| TinyAgentsError::tool_failed(self.name.clone(), error.to_string()))
+        built.as_ref().map_err(|error| {
+            TinyAgentsError::tool_failed(self.spec.name.clone(), error.to_string())
+        })
     }
 }
 
@@ -114,12 +113,13 @@ impl Agent {
     /// lines of work, a `conversation` name), reading `description` to
     /// know when to.
     pub fn as_tool(&self, name: impl Into<String>, description: impl Into<String>) -> AgentTool {
-        let (name, description) = (name.into(), description.into());
         AgentTool {
             recipe: Arc::clone(&self.recipe),
-            spec: agent_tool_spec(&name, &description, self.recipe.governance.tool_options),
-            name,
-            description,
+            spec: agent_tool_spec(
+                &name.into(),
+                &description.into(),
+                self.recipe.governance.tool_options,
+            ),
             sessions: Arc::clone(&self.active.sessions),
             built: Arc::new(OnceLock::new()),
         }
