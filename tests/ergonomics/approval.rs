@@ -240,3 +240,93 @@ async fn auto_approve_runs_a_tool_whose_spec_asks_for_a_person_and_only_model_is
     assert_eq!(run.status, RunStatus::Completed);
     assert!(run.messages.iter().any(|m| matches!(m, Message::Tool { content, is_error: false, .. } if content == "billing deployed")));
 }
+
+/// A stored state whose session turn was edited (junk, or counts that do
+/// not hold together) still completes its session turn: the conversation
+/// is saved whole, nothing appended twice, nothing lost.
+#[tokio::test]
+async fn an_edited_session_turn_in_a_stored_state_saves_the_conversation_whole() {
+    let edits = [
+        json!("junk"),
+        json!({"stored": 7, "given": 2, "rewritten": false, "input_hash": "x"}),
+        json!({"stored": 0, "given": 99, "rewritten": false, "input_hash": "x"}),
+    ];
+    for edit in edits {
+        let (agent, scope, run) = suspended_in_session("billing is out").await;
+        let mut suspended = run.suspended.unwrap();
+        suspended.properties.insert(
+            tinyagents::orchestrator::SESSION_TURN_PROPERTY.to_owned(),
+            edit.clone(),
+        );
+        let decisions: Vec<_> = suspended.pending().map(PendingCall::approve).collect();
+        let run = agent.resume(suspended, &decisions).await.unwrap();
+        assert_eq!(run.final_text, "billing is out", "{edit}");
+        let kept = crate::texts(agent.transcript(&scope).await.unwrap());
+        assert_eq!(kept, ["deploy billing", "billing is out"], "{edit}");
+    }
+}
+
+/// A resumed run that waits again announces its new waiting call on the
+/// resumed segment's stream.
+#[tokio::test]
+async fn a_resumed_run_that_waits_again_announces_the_new_call() {
+    let agent = Agent::builder("ops")
+        .model(ScriptedModel::new([
+            asks_deploy(),
+            ScriptedModel::tool_call("deploy", json!({"service": "search"})),
+            ChatResponse::text("both out"),
+        ]))
+        .tool(deploy(true))
+        .build()
+        .unwrap();
+    let run = agent.run("deploy billing, then search").await.unwrap();
+    let suspended = run.suspended.unwrap();
+    let decisions: Vec<_> = suspended.pending().map(PendingCall::approve).collect();
+    let (events, run) =
+        drain(agent.start_resume(suspended, &decisions, ResumeOptions::default())).await;
+    let run = run.unwrap();
+    assert_eq!(run.status, RunStatus::AwaitingApproval);
+    let asked = requested(&events);
+    assert_eq!(asked.len(), 1, "{asked:?}");
+    assert_eq!(asked[0].0.as_str(), "p2");
+    assert_eq!(
+        run.pending()[0].call.arguments,
+        json!({"service": "search"})
+    );
+}
+
+/// A nested call of a tool that waits for a person is refused, and no
+/// `ApprovalRequested` is emitted for it: nobody could answer.
+#[tokio::test]
+async fn a_nested_call_that_would_wait_is_refused_without_an_approval_request() {
+    let nests = FnTool::with_context(
+        "nests",
+        "Nests.",
+        |_: Service, ctx: ToolRunContext| async move {
+            let exec = ToolExecutionContext::from_run_context(&ctx);
+            let inner = exec
+                .call_tool("deploy", json!({"service": "billing"}))
+                .await;
+            anyhow::Ok(format!("refused: {}", inner.is_err()))
+        },
+    );
+    let agent = Agent::builder("ops")
+        .model(ScriptedModel::new([
+            ScriptedModel::tool_call("nests", json!({"service": "x"})),
+            ChatResponse::text("done"),
+        ]))
+        .tool(deploy(true))
+        .tool(nests)
+        .max_nested_depth(1)
+        .build()
+        .unwrap();
+    let (events, run) = drain(agent.stream("go")).await;
+    let run = run.unwrap();
+    assert_eq!(run.status, RunStatus::Completed);
+    assert!(requested(&events).is_empty());
+    assert!(
+        run.messages
+            .iter()
+            .any(|m| matches!(m, Message::Tool { content, .. } if content == "refused: true"))
+    );
+}

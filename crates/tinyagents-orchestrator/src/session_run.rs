@@ -38,11 +38,29 @@ pub(crate) struct SessionTurn {
 
 impl SessionTurn {
     /// The session a run's properties name, and where its turn started:
-    /// a run [`ActiveAgent::run_in_session`] started.
+    /// a run [`ActiveAgent::run_in_session`] started. A turn that does not
+    /// read back or does not hold together (a stored state someone edited)
+    /// is not trusted to say where the stored part ends: the conversation
+    /// is then saved whole, so the run's turn is not lost.
     fn of(properties: &Map<String, Value>) -> Option<(SessionScope, Self)> {
         let scope = SessionScope::from_properties(properties)?;
-        let turn = serde_json::from_value(properties.get(SESSION_TURN_PROPERTY)?.clone()).ok()?;
+        let value = properties.get(SESSION_TURN_PROPERTY)?;
+        let turn = serde_json::from_value::<Self>(value.clone())
+            .ok()
+            .filter(|turn| turn.stored <= turn.given)
+            .unwrap_or_else(Self::unknown);
         Some((scope, turn))
+    }
+
+    /// A turn whose start is not known: its run's conversation is saved
+    /// whole.
+    fn unknown() -> Self {
+        Self {
+            stored: 0,
+            given: 0,
+            rewritten: true,
+            input_hash: String::new(),
+        }
     }
 
     fn write(&self, properties: &mut Map<String, Value>) {
