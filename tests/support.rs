@@ -29,6 +29,8 @@ pub mod guides {
     pub mod models {}
     #[doc = include_str!("../docs/approval.md")]
     pub mod approval {}
+    #[doc = include_str!("../docs/mcp.md")]
+    pub mod mcp {}
 }
 
 mod hooked_ledger;
@@ -371,4 +373,35 @@ pub fn events_text(events: &[AgentEvent]) -> String {
         .map(|e| serde_json::to_string(e).unwrap())
         .collect::<Vec<_>>()
         .join("\n")
+}
+
+/// A model that answers `answer N to: <query>`, N counting the user turns
+/// it has read: a conversation that continues shows it (the MCP tests'
+/// served agent, here and in the `mcp-test-server` binary).
+pub struct CountingModel;
+
+#[tinyagents::async_trait]
+impl ChatModel for CountingModel {
+    fn name(&self) -> &str {
+        "counting"
+    }
+
+    async fn chat(
+        &self,
+        request: tinyagents::core::ChatRequest<'_>,
+    ) -> Result<ChatResponse, tinyagents::core::ModelError> {
+        let users: Vec<&str> = request
+            .messages
+            .iter()
+            .filter_map(|m| match m {
+                Message::User { content } => Some(content.as_str()),
+                _ => None,
+            })
+            .collect();
+        let query = users.last().copied().unwrap_or_default();
+        Ok(ChatResponse::text(format!(
+            "answer {} to: {query}",
+            users.len()
+        )))
+    }
 }

@@ -26,10 +26,11 @@ commands:
   ci [STEP...]   the CI gate, in order, stopping at the first failure:
                  fmt, clippy, features (clippy over the facade without
                  default features and with each alone), tests (nextest +
-                 doctests; installs the pinned
-                 @copilotkit/aimock into .tools/aimock with npm when it is
-                 missing), doc, examples (every example of the facade,
-                 offline), sim, loom, deny;
+                 doctests; installs with npm, when missing, the pinned
+                 @copilotkit/aimock into .tools/aimock and the pinned
+                 @modelcontextprotocol/server-everything, server-filesystem
+                 and sdk into .tools/mcp), doc, examples (every example of
+                 the facade, offline), sim, loom, deny;
                  naming steps runs only those (`cargo xtask ci clippy tests`)
   bench [ARGS]   cargo bench --workspace over the bench targets; ARGS are
                  passed to cargo bench (after `--`: to the bench binaries)
@@ -308,7 +309,7 @@ fn ci_steps() -> Vec<Step> {
         ),
         features::ci_step(),
         Step {
-            peers: vec![peers::ensure_aimock],
+            peers: vec![peers::ensure_aimock, peers::ensure_mcp_peers],
             tools: vec![Tool {
                 subcommand: "nextest",
                 krate: "cargo-nextest",
@@ -369,21 +370,30 @@ fn ci_steps() -> Vec<Step> {
 /// The examples gallery of the facade, each run offline on its scripted
 /// models (with `TINYAGENTS_MODEL` removed, so a developer's real model is
 /// never called by the gate).
-const EXAMPLES: [&str; 6] = [
+const EXAMPLES: [&str; 7] = [
     "quickstart",
     "team",
     "approval",
     "recovery",
     "typed_output",
     "streaming",
+    "mcp",
 ];
+
+/// The features an example needs beyond the facade's defaults.
+fn example_features(example: &str) -> Option<&'static str> {
+    (example == "mcp").then_some("mcp")
+}
 
 fn examples_step() -> Step {
     let runs = EXAMPLES
         .iter()
         .map(|example| {
-            cargo(["run", "-q", "-p", "tinyagents", "--example", example])
-                .env_remove("TINYAGENTS_MODEL")
+            let mut args = vec!["run", "-q", "-p", "tinyagents", "--example", example];
+            if let Some(features) = example_features(example) {
+                args.extend(["--features", features]);
+            }
+            cargo(args).env_remove("TINYAGENTS_MODEL")
         })
         .collect();
     Step::new("examples", runs)

@@ -1,11 +1,16 @@
 //! The real third-party servers the tests run against, installed by the
-//! project itself: `@copilotkit/aimock` (npm), the OpenAI- and
-//! Anthropic-compatible server of the provider interop tests
-//! (`tests/providers/`), pinned and installed into `.tools/aimock` when it
-//! is missing or of another version.
+//! project itself, pinned, with npm, when missing or of another version:
+//!
+//! - `@copilotkit/aimock` in `.tools/aimock`: the OpenAI- and
+//!   Anthropic-compatible server of the provider interop tests
+//!   (`tests/providers/`);
+//! - in `.tools/mcp`: the reference MCP servers
+//!   `@modelcontextprotocol/server-everything` and `server-filesystem`,
+//!   and the official TypeScript SDK `@modelcontextprotocol/sdk` the MCP
+//!   interop tests' client (`tests/mcp/js/client.mjs`) is written on.
 
 use std::fs;
-use std::path::PathBuf;
+use std::path::Path;
 use std::process::Command;
 use std::time::Instant;
 
@@ -15,13 +20,29 @@ use crate::{root, secs};
 /// tests check the installed one is this).
 pub(crate) const AIMOCK_VERSION: &str = "1.43.0";
 
-fn aimock_dir() -> PathBuf {
-    root().join(".tools/aimock")
-}
+/// The reference MCP server with every feature (tools, progress, ...).
+pub(crate) const MCP_EVERYTHING_VERSION: &str = "2026.8.31";
+/// The reference MCP filesystem server (read and write tools).
+pub(crate) const MCP_FILESYSTEM_VERSION: &str = "2026.8.31";
+/// The official TypeScript MCP SDK (client of the MCP interop tests).
+pub(crate) const MCP_SDK_VERSION: &str = "1.32.2";
 
-/// The installed aimock's version, if any.
-fn installed_aimock() -> Option<String> {
-    let manifest = aimock_dir().join("node_modules/@copilotkit/aimock/package.json");
+/// The packages installed into `.tools/mcp`, each with its pinned version.
+const MCP_PEERS: [(&str, &str); 3] = [
+    (
+        "@modelcontextprotocol/server-everything",
+        MCP_EVERYTHING_VERSION,
+    ),
+    (
+        "@modelcontextprotocol/server-filesystem",
+        MCP_FILESYSTEM_VERSION,
+    ),
+    ("@modelcontextprotocol/sdk", MCP_SDK_VERSION),
+];
+
+/// The version of npm package `package` installed under `dir`, if any.
+fn installed_version(dir: &Path, package: &str) -> Option<String> {
+    let manifest = dir.join("node_modules").join(package).join("package.json");
     let text = fs::read_to_string(manifest).ok()?;
     let at = text.find("\"version\"")?;
     let rest = &text[at + "\"version\"".len()..];
@@ -30,45 +51,81 @@ fn installed_aimock() -> Option<String> {
     Some(rest[start..end].to_owned())
 }
 
-/// Installs the pinned aimock with npm unless it is there already.
-pub(crate) fn ensure_aimock() -> Result<(), String> {
-    if installed_aimock().as_deref() == Some(AIMOCK_VERSION) {
-        return Ok(());
-    }
-    let dir = aimock_dir();
-    fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-    let package = format!("@copilotkit/aimock@{AIMOCK_VERSION}");
+/// Whether every `(package, version)` of `pins` is installed under `dir`.
+fn all_installed(dir: &Path, pins: &[(&str, &str)]) -> bool {
+    pins.iter()
+        .all(|(package, version)| installed_version(dir, package).as_deref() == Some(*version))
+}
+
+/// Installs the pinned `pins` under `dir` with one `npm install`, then
+/// checks the versions it installed; `need` says who needs them (for the
+/// error when npm is missing).
+fn npm_install(dir: &Path, pins: &[(&str, &str)], need: &str) -> Result<(), String> {
+    fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let specs: Vec<String> = pins
+        .iter()
+        .map(|(package, version)| format!("{package}@{version}"))
+        .collect();
+    let specs_text = specs.join(" ");
     println!(
-        "aimock {AIMOCK_VERSION} is missing: installing it into {}",
-        dir.display()
-    );
-    println!(
-        "$ npm install --prefix {} --no-audit --no-fund --no-package-lock {package}",
+        "$ npm install --prefix {} --no-audit --no-fund --no-package-lock {specs_text}",
         dir.display()
     );
     let started = Instant::now();
     let status = Command::new("npm")
         .arg("install")
         .arg("--prefix")
-        .arg(&dir)
-        .args(["--no-audit", "--no-fund", "--no-package-lock", &package])
+        .arg(dir)
+        .args(["--no-audit", "--no-fund", "--no-package-lock"])
+        .args(&specs)
         .status()
         .map_err(|e| {
             format!(
-                "npm could not start ({e}): the provider interop tests need Node.js and npm \
-                 to install {package}"
+                "npm could not start ({e}): {need} need Node.js and npm to install {specs_text}"
             )
         })?;
     if !status.success() {
-        return Err(format!("`npm install {package}` failed ({status})"));
+        return Err(format!("`npm install {specs_text}` failed ({status})"));
     }
-    match installed_aimock() {
-        Some(version) if version == AIMOCK_VERSION => {
-            println!("installed aimock {version} in {}", secs(started.elapsed()));
-            Ok(())
+    for (package, version) in pins {
+        match installed_version(dir, package) {
+            Some(got) if got == *version => {}
+            other => {
+                return Err(format!(
+                    "npm installed {package} {other:?} in {}, not {version}",
+                    dir.display()
+                ));
+            }
         }
-        other => Err(format!(
-            "npm installed aimock {other:?}, not {AIMOCK_VERSION}"
-        )),
     }
+    println!("installed {specs_text} in {}", secs(started.elapsed()));
+    Ok(())
+}
+
+/// Installs the pinned aimock with npm unless it is there already.
+pub(crate) fn ensure_aimock() -> Result<(), String> {
+    let dir = root().join(".tools/aimock");
+    let pins = [("@copilotkit/aimock", AIMOCK_VERSION)];
+    if all_installed(&dir, &pins) {
+        return Ok(());
+    }
+    println!(
+        "aimock {AIMOCK_VERSION} is missing: installing it into {}",
+        dir.display()
+    );
+    npm_install(&dir, &pins, "the provider interop tests")
+}
+
+/// Installs the pinned MCP servers and SDK ([`MCP_PEERS`]) into
+/// `.tools/mcp` with npm unless all of them are there already.
+pub(crate) fn ensure_mcp_peers() -> Result<(), String> {
+    let dir = root().join(".tools/mcp");
+    if all_installed(&dir, &MCP_PEERS) {
+        return Ok(());
+    }
+    println!(
+        "the pinned MCP servers and SDK are missing or of another version: installing them into {}",
+        dir.display()
+    );
+    npm_install(&dir, &MCP_PEERS, "the MCP interop tests")
 }

@@ -7,12 +7,10 @@
 //! closed and no retry follows.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use bytes::Bytes;
 use reqwest::header::{CONTENT_LENGTH, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
-use rustls_platform_verifier::BuilderVerifierExt;
 use tinyagents_core::{ChatResponse, DeltaSink, ModelDelta, ModelError};
 
 use crate::retry::{self, RetryPolicy};
@@ -274,36 +272,11 @@ fn chain(error: &dyn std::error::Error) -> String {
     message
 }
 
-/// The TLS settings every client shares, built once: rustls on the `ring`
-/// provider (passed explicitly, so the process-wide default is left alone),
-/// verifying against the platform's certificate store, or against the
-/// bundled Mozilla roots where the platform has none (a minimal container).
+/// [`tls_client_config`](crate::tls_client_config), as a provider error.
 fn tls_config() -> Result<rustls::ClientConfig, ModelError> {
-    static CONFIG: OnceLock<Result<rustls::ClientConfig, String>> = OnceLock::new();
-    let config = CONFIG.get_or_init(|| {
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let builder = |provider: &Arc<rustls::crypto::CryptoProvider>| {
-            rustls::ClientConfig::builder_with_provider(Arc::clone(provider))
-                .with_safe_default_protocol_versions()
-                .map_err(|e| e.to_string())
-        };
-        match builder(&provider)?.with_platform_verifier() {
-            Ok(platform) => Ok(platform.with_no_client_auth()),
-            Err(_) => {
-                let roots = rustls::RootCertStore {
-                    roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
-                };
-                Ok(builder(&provider)?
-                    .with_root_certificates(roots)
-                    .with_no_client_auth())
-            }
-        }
-    });
-    config
-        .clone()
-        .map_err(|message| ModelError::InvalidRequest {
-            message: format!("cannot set up TLS: {message}"),
-        })
+    crate::tls_client_config().map_err(|message| ModelError::InvalidRequest {
+        message: format!("cannot set up TLS: {message}"),
+    })
 }
 
 /// Adds a config's extra headers to `headers`, those that carry
@@ -332,6 +305,8 @@ pub(crate) fn header_value(value: &str, what: &str) -> Result<HeaderValue, Model
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
 
     #[test]

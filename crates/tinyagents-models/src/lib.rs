@@ -50,6 +50,8 @@ mod scripted;
 mod secret;
 mod spec;
 pub mod sse;
+#[cfg(feature = "http")]
+mod tls;
 #[cfg(any(feature = "openai", feature = "anthropic"))]
 mod wire;
 
@@ -62,3 +64,5 @@ pub use openai::{OpenAiConfig, OpenAiModel, ToolOnlyContent};
 pub use retry::RetryPolicy;
 pub use scripted::{RecordedRequest, ScriptedModel};
 pub use spec::{MODEL_ENV_VAR, ModelSpec, SpecError, from_env, from_spec};
+#[cfg(feature = "http")]
+pub use tls::tls_client_config;

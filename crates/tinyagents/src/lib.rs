@@ -50,6 +50,7 @@
 //! | [`harness`] | `AgentHarness`, the agent loop: runs, run handles, suspension and resume, recovery |
 //! | [`models`] | `ScriptedModel` and the OpenAI-compatible and Anthropic providers |
 //! | [`orchestrator`] | `Agent`, agents as tools, definitions, sessions, delegated governance |
+//! | `mcp` | MCP servers' tools as tools (`McpClient`), agents and tools served over MCP (`McpServer`); feature `mcp` |
 //!
 //! A tool's argument type needs `Deserialize` and `JsonSchema`:
 //! [`#[json_schema]`](json_schema) derives both (and `Serialize`) through
@@ -64,6 +65,7 @@
 //! | `anthropic` | yes | `models::AnthropicModel`, Anthropic's Messages API over HTTPS |
 //! | `sqlite` | yes | `ledger::SqliteLedger` and, with `orchestrator`, `orchestrator::SqliteSessionStore` (bundled SQLite) |
 //! | `orchestrator` | yes | [`Agent`], agents as tools, sessions, definitions (`orchestrator`) |
+//! | `mcp` | no | the `mcp` module: MCP both ways, on rmcp (implies `orchestrator`) |
 //!
 //! With `default-features = false` the crate is the core, the tools, the
 //! middleware, the ledger's memory store and the harness with
@@ -90,6 +92,9 @@ pub use tinyagents_core as core;
 pub use tinyagents_harness as harness;
 #[doc(inline)]
 pub use tinyagents_ledger as ledger;
+#[cfg(feature = "mcp")]
+#[doc(inline)]
+pub use tinyagents_mcp as mcp;
 #[doc(inline)]
 pub use tinyagents_middleware as middleware;
 #[doc(inline)]
@@ -132,6 +137,8 @@ pub mod prelude {
     #[cfg(feature = "sqlite")]
     pub use tinyagents_ledger::SqliteLedger;
     pub use tinyagents_ledger::{EffectLedger, MemoryLedger};
+    #[cfg(feature = "mcp")]
+    pub use tinyagents_mcp::{McpClient, McpServer, RemoteServer};
     pub use tinyagents_middleware::{Middleware, SecurityGate, ToolMiddleware, ToolVerdict};
     pub use tinyagents_models::ScriptedModel;
     #[cfg(all(feature = "orchestrator", feature = "sqlite"))]

@@ -57,6 +57,13 @@ impl AgentTool {
         &self.spec.description
     }
 
+    /// Where the agent keeps the child sessions of a plain harness's calls
+    /// (the agent's own store): a host that serves the agent can forget a
+    /// caller's conversations when the caller is gone.
+    pub fn session_store(&self) -> &Arc<dyn crate::session::SessionStore> {
+        self.sessions.store()
+    }
+
     pub(crate) fn exposure(self) -> Exposure {
         Exposure {
             recipe: self.recipe,

@@ -1,0 +1,91 @@
+//! What a connection shares with its tools and its notification handler:
+//! the catalogue of offered tools, and where each call's progress goes.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use parking_lot::RwLock;
+use rmcp::ClientHandler;
+use rmcp::model::{ClientCapabilities, ClientConfig, Implementation};
+use rmcp::service::{NotificationContext, RoleClient};
+use tokio::sync::watch;
+
+use super::progress::ProgressRoutes;
+use super::remote::RemoteServer;
+use super::tool::McpTool;
+
+/// The tools a server offers now.
+#[derive(Default)]
+pub(crate) struct Catalogue {
+    /// Counts the lists read, from 1.
+    pub(crate) generation: u64,
+    /// The server's names of the tools it offers.
+    pub(crate) offered: HashSet<String>,
+    /// The tools, in the server's order.
+    pub(crate) tools: Vec<Arc<McpTool>>,
+}
+
+/// One connection's shared state.
+pub(crate) struct Connection {
+    pub(crate) server: RemoteServer,
+    pub(crate) catalogue: RwLock<Catalogue>,
+    /// Progress of calls in flight, by the token their request carries.
+    pub(crate) progress: ProgressRoutes,
+    /// Tells watchers a list was read (its generation).
+    pub(crate) listed: watch::Sender<u64>,
+    /// Held by a refresh while it lists and installs.
+    pub(crate) refreshing: tokio::sync::Mutex<()>,
+    /// Problems met refreshing after `list_changed`, for the host.
+    pub(crate) refresh_failure: RwLock<Option<String>>,
+}
+
+impl Connection {
+    pub(crate) fn new(server: RemoteServer) -> Arc<Self> {
+        Arc::new(Self {
+            server,
+            catalogue: RwLock::new(Catalogue::default()),
+            progress: ProgressRoutes::default(),
+            listed: watch::channel(0).0,
+            refreshing: tokio::sync::Mutex::new(()),
+            refresh_failure: RwLock::new(None),
+        })
+    }
+
+    /// Whether the server still offers `remote`.
+    pub(crate) fn offers(&self, remote: &str) -> bool {
+        self.catalogue.read().offered.contains(remote)
+    }
+}
+
+/// The client's side of the protocol: notifications from the server.
+#[derive(Clone)]
+pub(crate) struct Handler(pub(crate) Arc<Connection>);
+
+impl ClientHandler for Handler {
+    // Progress is routed as it is read (`routed.rs`), not here: rmcp runs
+    // this handler in a task of its own, which may run too late.
+
+    async fn on_tool_list_changed(&self, context: NotificationContext<RoleClient>) {
+        let connection = Arc::clone(&self.0);
+        let peer = context.peer;
+        // Not awaited here: the list is read by a request, and the
+        // notification handler must not wait on the connection it serves.
+        tokio::spawn(async move {
+            let failure = super::list::refresh(&connection, &peer)
+                .await
+                .err()
+                .map(|error| error.to_string());
+            if let Some(failure) = &failure {
+                tracing::warn!(server = %connection.server.name, "{failure}");
+            }
+            *connection.refresh_failure.write() = failure;
+        });
+    }
+
+    fn get_info(&self) -> ClientConfig {
+        ClientConfig::new(
+            ClientCapabilities::default(),
+            Implementation::new("tinyagents", env!("CARGO_PKG_VERSION")),
+        )
+    }
+}

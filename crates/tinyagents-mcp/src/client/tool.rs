@@ -1,0 +1,220 @@
+//! One MCP tool as a `Tool`: a call is one `tools/call` request.
+
+use std::sync::Arc;
+
+use anyhow::anyhow;
+use async_trait::async_trait;
+use rmcp::model::{
+    CallToolRequestParams, CancelledNotificationParam, ClientRequest, ProgressToken, Request,
+    RequestId, ServerResult,
+};
+use rmcp::service::{Peer, PeerRequestOptions, RoleClient, ServiceError};
+use serde_json::{Map, Value};
+use tinyagents_core::ToolResult;
+use tinytools::{Tool, ToolCallOptions, ToolRunContext, ToolSpec};
+
+use super::content::tool_result;
+use super::state::Connection;
+
+/// A tool of an MCP server, registered under its prefixed name.
+pub(crate) struct McpTool {
+    connection: Arc<Connection>,
+    peer: Peer<RoleClient>,
+    /// The server's name of the tool.
+    remote: String,
+    spec: ToolSpec,
+}
+
+impl McpTool {
+    pub(crate) fn new(
+        connection: Arc<Connection>,
+        peer: Peer<RoleClient>,
+        remote: String,
+        spec: ToolSpec,
+    ) -> Self {
+        Self {
+            connection,
+            peer,
+            remote,
+            spec,
+        }
+    }
+
+    pub(crate) fn remote(&self) -> &str {
+        &self.remote
+    }
+
+    pub(crate) fn registered_name(&self) -> &str {
+        &self.spec.name
+    }
+
+    fn server(&self) -> &str {
+        &self.connection.server.name
+    }
+
+    /// The error of a request that did not get an answer.
+    fn failed(&self, error: ServiceError) -> anyhow::Error {
+        let (server, tool) = (self.server(), &self.remote);
+        match error {
+            ServiceError::McpError(data) => anyhow!(
+                "MCP server '{server}' refused the call of '{tool}' (error {}): {}",
+                data.code.0,
+                data.message
+            ),
+            ServiceError::Timeout { timeout } => anyhow!(
+                "MCP server '{server}' did not answer the call of '{tool}' within {timeout:?}; \
+                 the call was cancelled at the server"
+            ),
+            ServiceError::TransportClosed | ServiceError::TransportSend(_) => anyhow!(
+                "the connection to MCP server '{server}' closed during the call of '{tool}' \
+                 (the server exited or the connection dropped)"
+            ),
+            ServiceError::UnexpectedResponse => anyhow!(
+                "MCP server '{server}' answered the call of '{tool}' with something that is not \
+                 a tool result"
+            ),
+            other => anyhow!("the call of '{tool}' on MCP server '{server}' failed: {other}"),
+        }
+    }
+}
+
+/// Sends `notifications/cancelled` for a request still armed when it is
+/// dropped: a call the harness abandons (its timeout, the run's
+/// cancellation, a sibling's failure) is stopped at the server too.
+struct CancelOnDrop {
+    peer: Peer<RoleClient>,
+    id: Option<RequestId>,
+    reason: &'static str,
+}
+
+impl CancelOnDrop {
+    fn disarm(&mut self) {
+        self.id = None;
+    }
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        let Some(id) = self.id.take() else {
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let peer = self.peer.clone();
+        let reason = self.reason;
+        runtime.spawn(async move {
+            let params = CancelledNotificationParam::new(Some(id), Some(reason.to_owned()));
+            let _ = peer.notify_cancelled(params).await;
+        });
+    }
+}
+
+/// Routes the request's progress to the call while it runs.
+struct ProgressRoute<'a> {
+    connection: &'a Connection,
+    token: ProgressToken,
+}
+
+impl Drop for ProgressRoute<'_> {
+    fn drop(&mut self) {
+        self.connection.progress.remove(&self.token);
+    }
+}
+
+#[async_trait]
+impl Tool for McpTool {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    async fn execute_with_context(
+        &self,
+        args: Value,
+        opts: ToolCallOptions,
+        context: Option<&ToolRunContext>,
+    ) -> anyhow::Result<ToolResult> {
+        if !self.connection.offers(&self.remote) {
+            return Ok(ToolResult::error(format!(
+                "MCP server '{}' no longer offers the tool '{}' (its tool list changed); the \
+                 call was not sent",
+                self.server(),
+                self.remote
+            )));
+        }
+        let arguments = match args {
+            Value::Object(map) => map,
+            Value::Null => Map::new(),
+            other => {
+                return Err(anyhow!(
+                    "the arguments of MCP tool '{}' must be a JSON object, not {}",
+                    self.remote,
+                    kind(&other)
+                ));
+            }
+        };
+        let bound = self.connection.server.request_timeout;
+        let timeout = opts.timeout.map_or(bound, |t| t.min(bound));
+        let params = CallToolRequestParams::new(self.remote.clone()).with_arguments(arguments);
+        let handle = self
+            .peer
+            .send_cancellable_request(
+                ClientRequest::CallToolRequest(Request::new(params)),
+                PeerRequestOptions::with_timeout(timeout),
+            )
+            .await
+            .map_err(|e| self.failed(e))?;
+        let _route = context.map(|context| {
+            self.connection
+                .progress
+                .register(handle.progress_token.clone(), context.clone());
+            ProgressRoute {
+                connection: &self.connection,
+                token: handle.progress_token.clone(),
+            }
+        });
+        let mut cancel = CancelOnDrop {
+            peer: self.peer.clone(),
+            id: Some(handle.id.clone()),
+            reason: "the call was abandoned by the tinyagents run",
+        };
+        let cancelled = async {
+            match context {
+                Some(context) => context.cancellation().cancelled().await,
+                None => std::future::pending().await,
+            }
+        };
+        let response = tokio::select! {
+            biased;
+            response = handle.await_response() => response,
+            () = cancelled => {
+                cancel.reason = "the tinyagents run was cancelled";
+                return Err(anyhow!(
+                    "the call of '{}' on MCP server '{}' was cancelled",
+                    self.remote,
+                    self.server()
+                ));
+            }
+        };
+        // Answered, or timed out (rmcp has told the server): nothing to
+        // cancel any more.
+        cancel.disarm();
+        match response.map_err(|e| self.failed(e))? {
+            ServerResult::CallToolResult(result) => {
+                Ok(tool_result(self.server(), &self.remote, result))
+            }
+            _ => Err(self.failed(ServiceError::UnexpectedResponse)),
+        }
+    }
+}
+
+fn kind(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}

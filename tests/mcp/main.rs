@@ -1,0 +1,13 @@
+//! MCP both ways, against software no one here wrote: the official
+//! `server-everything` and `server-filesystem` under our client, our
+//! server under the official TypeScript SDK's client, and broken servers
+//! (`js/broken.mjs`) for the faults. `cargo xtask ci` installs the pinned
+//! npm packages into `.tools/mcp`.
+#![allow(missing_docs, clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+mod faults;
+mod peers;
+mod seams;
+mod served;
