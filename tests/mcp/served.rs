@@ -478,3 +478,40 @@ async fn a_finished_mcp_session_leaves_no_conversations_behind() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// Issue 15 (bounded everywhere): a server runs at most
+/// `max_concurrent_calls` calls at once, whatever its clients send.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_server_runs_no_more_calls_at_once_than_its_cap() {
+    let (running, most) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let (now, peak) = (Arc::clone(&running), Arc::clone(&most));
+    let slow = FnTool::new("slow", "Takes a while.", move |_: Value| {
+        let (now, peak) = (Arc::clone(&now), Arc::clone(&peak));
+        async move {
+            let at_once = now.fetch_add(1, Ordering::SeqCst) + 1;
+            peak.fetch_max(at_once, Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(30)).await;
+            now.fetch_sub(1, Ordering::SeqCst);
+            anyhow::Ok("done")
+        }
+    })
+    .map_spec(ToolSpec::read_only);
+    let server = McpServer::builder("desk")
+        .tool(slow)
+        .max_concurrent_calls(2)
+        .build()
+        .unwrap();
+    let (one, two) = (connected(&server).await, connected(&server).await);
+    let calls: Vec<_> = (0..8)
+        .map(|i| {
+            call(
+                if i % 2 == 0 { &one } else { &two },
+                "served_slow",
+                json!({}),
+            )
+        })
+        .collect();
+    let results = tinyagents_tests::join_all(calls).await;
+    assert!(results.iter().all(|r| !r.is_error && r.content == "done"));
+    assert_eq!(most.load(Ordering::SeqCst), 2, "two at once, never more");
+}

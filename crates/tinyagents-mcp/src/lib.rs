@@ -39,4 +39,4 @@ pub use client::{
 };
 pub use error::McpError;
 pub use rmcp;
-pub use server::{HttpServer, McpServer, McpServerBuilder};
+pub use server::{DEFAULT_MAX_CONCURRENT_CALLS, HttpServer, McpServer, McpServerBuilder};

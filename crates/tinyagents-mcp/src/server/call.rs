@@ -24,11 +24,19 @@ pub(crate) async fn call_tool(
     context: RequestContext<RoleServer>,
 ) -> Result<CallToolResult, ErrorData> {
     let tool = params.name.to_string();
-    if served.harness.tools().get(&tool).is_none() {
+    let listed = |name: &str| {
+        served
+            .harness
+            .tools()
+            .get(name)
+            .is_some_and(|registered| registered.is_model_visible())
+    };
+    if !listed(&tool) {
         let offered: Vec<&str> = served
             .harness
             .tools()
             .iter()
+            .filter(|t| t.is_model_visible())
             .map(|t| t.spec().name.as_str())
             .collect();
         return Err(ErrorData::invalid_params(
@@ -44,6 +52,17 @@ pub(crate) async fn call_tool(
         arguments: params.arguments.unwrap_or_default(),
     })
     .map_err(|e| ErrorData::internal_error(format!("the call could not be relayed: {e}"), None))?;
+    // At most `max_concurrent_calls` runs at once; a call cancelled while
+    // it waits for its turn never starts.
+    let _turn = tokio::select! {
+        biased;
+        () = context.ct.cancelled() => {
+            return Ok(error_result(format!("the call of '{tool}' was cancelled before it started")));
+        }
+        permit = served.calls.acquire() => permit.map_err(|_| {
+            ErrorData::internal_error("the server is shutting down", None)
+        })?,
+    };
     let mut request = RunRequest::new(input).with_cancellation(context.ct.clone());
     SessionScope::new(session.clone()).write_to(&mut request.properties);
     let run = match context.meta.get_progress_token() {

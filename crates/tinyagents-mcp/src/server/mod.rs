@@ -22,6 +22,10 @@ use self::handler::Session;
 use self::relay::RelayModel;
 use crate::error::McpError;
 
+/// How many calls a server runs at once unless
+/// [`McpServerBuilder::max_concurrent_calls`] says otherwise.
+pub const DEFAULT_MAX_CONCURRENT_CALLS: usize = 64;
+
 /// Agents and tools served over MCP.
 ///
 /// Each agent is one MCP tool with the agent-as-tool schema (`query`,
@@ -69,6 +73,8 @@ pub(crate) struct Served {
     pub(crate) session_stores: Vec<Arc<dyn SessionStore>>,
     /// The `Host` values Streamable HTTP accepts; `None`: loopback names.
     pub(crate) allowed_hosts: Option<Vec<String>>,
+    /// One permit per call that may run at once, over every session.
+    pub(crate) calls: tokio::sync::Semaphore,
 }
 
 /// Builds an [`McpServer`].
@@ -79,6 +85,7 @@ pub struct McpServerBuilder {
     harness: AgentHarnessBuilder,
     session_stores: Vec<Arc<dyn SessionStore>>,
     allowed_hosts: Option<Vec<String>>,
+    max_concurrent_calls: usize,
 }
 
 impl std::fmt::Debug for McpServerBuilder {
@@ -99,6 +106,7 @@ impl McpServer {
             harness: AgentHarness::builder(RelayModel),
             session_stores: Vec::new(),
             allowed_hosts: None,
+            max_concurrent_calls: DEFAULT_MAX_CONCURRENT_CALLS,
         }
     }
 
@@ -183,6 +191,15 @@ impl McpServerBuilder {
         self
     }
 
+    /// How many calls run at once, over every session
+    /// ([`DEFAULT_MAX_CONCURRENT_CALLS`]); more wait their turn (a call
+    /// cancelled while it waits never starts). At least 1.
+    #[must_use]
+    pub fn max_concurrent_calls(mut self, calls: usize) -> Self {
+        self.max_concurrent_calls = calls.max(1);
+        self
+    }
+
     /// The `Host` header values (`example.com`, `example.com:8443`)
     /// Streamable HTTP accepts, instead of the loopback names
     /// (`localhost`, `127.0.0.1`, `::1`) it accepts by default: a server
@@ -249,6 +266,7 @@ impl McpServerBuilder {
                 harness,
                 session_stores: self.session_stores,
                 allowed_hosts: self.allowed_hosts,
+                calls: tokio::sync::Semaphore::new(self.max_concurrent_calls),
             }),
         })
     }
