@@ -8,7 +8,7 @@ use rmcp::service::{Peer, RoleClient};
 use serde_json::Value;
 use tinytools::{Tool, ToolRegistry};
 
-use super::state::Connection;
+use super::state::{Connection, Listed};
 use super::tool::McpTool;
 use crate::annotations::spec_from_annotations;
 use crate::error::McpError;
@@ -59,7 +59,7 @@ pub(crate) async fn list(
     connection: &Arc<Connection>,
     peer: &Peer<RoleClient>,
     timeout: std::time::Duration,
-) -> Result<Vec<Arc<McpTool>>, McpError> {
+) -> Result<Vec<Listed>, McpError> {
     let server = &connection.server;
     let listed = tokio::time::timeout(timeout, pages(peer))
         .await
@@ -90,20 +90,24 @@ pub(crate) async fn list(
         if let Some(change) = server.overrides.get(&remote_name) {
             change(&mut spec);
         }
-        let tool = Arc::new(McpTool::new(
+        // Registered once here, with the harness's rules, and dropped.
+        let probe = McpTool::new(
             Arc::clone(connection),
             peer.clone(),
             remote_name.clone(),
-            spec,
-        ));
-        registry
-            .register(Arc::clone(&tool) as Arc<dyn Tool>)
-            .map_err(|source| McpError::UnusableTool {
+            spec.clone(),
+        );
+        if let Err(source) = registry.register(Arc::new(probe) as Arc<dyn Tool>) {
+            return Err(McpError::UnusableTool {
                 server: server.name.clone(),
                 tool: remote_name,
                 source,
-            })?;
-        tools.push(tool);
+            });
+        }
+        tools.push(Listed {
+            remote: remote_name,
+            spec,
+        });
     }
     Ok(tools)
 }
@@ -120,15 +124,15 @@ pub(crate) async fn refresh(
 }
 
 /// Makes `tools` the catalogue, returning what changed.
-pub(crate) fn install(connection: &Connection, tools: Vec<Arc<McpTool>>) -> ToolListChange {
-    let offered: HashSet<String> = tools.iter().map(|t| t.remote().to_owned()).collect();
+pub(crate) fn install(connection: &Connection, tools: Vec<Listed>) -> ToolListChange {
+    let offered: HashSet<String> = tools.iter().map(|t| t.remote.clone()).collect();
     let mut catalogue = connection.catalogue.write();
     let before: HashSet<&str> = catalogue
         .tools
         .iter()
-        .map(|t| t.registered_name())
+        .map(|t| t.spec.name.as_str())
         .collect();
-    let now: HashSet<&str> = tools.iter().map(|t| t.registered_name()).collect();
+    let now: HashSet<&str> = tools.iter().map(|t| t.spec.name.as_str()).collect();
     let mut change = ToolListChange {
         added: now.difference(&before).map(|s| (*s).to_owned()).collect(),
         removed: before.difference(&now).map(|s| (*s).to_owned()).collect(),

@@ -26,6 +26,7 @@ pub use remote::{
 use self::process::ChildServer;
 use self::remote::Transport;
 use self::state::{Connection, Handler};
+use self::tool::McpTool;
 use crate::error::McpError;
 
 /// The HTTP client of a Streamable HTTP server. Built here, not by rmcp:
@@ -192,12 +193,20 @@ impl McpClient {
     /// error result naming why; one it starts offering is here from the
     /// next read.
     pub fn tools(&self) -> Vec<Arc<dyn Tool>> {
+        let peer = self.service.peer();
         self.connection
             .catalogue
             .read()
             .tools
             .iter()
-            .map(|tool| Arc::clone(tool) as Arc<dyn Tool>)
+            .map(|listed| {
+                Arc::new(McpTool::new(
+                    Arc::clone(&self.connection),
+                    peer.clone(),
+                    listed.remote.clone(),
+                    listed.spec.clone(),
+                )) as Arc<dyn Tool>
+            })
             .collect()
     }
 
@@ -208,7 +217,7 @@ impl McpClient {
             .read()
             .tools
             .iter()
-            .map(|tool| tool.registered_name().to_owned())
+            .map(|listed| listed.spec.name.clone())
             .collect()
     }
 
@@ -254,5 +263,48 @@ impl McpClient {
         if let Some(child) = self.child.take() {
             child.stop().await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use serde_json::Value;
+    use tinyagents_core::CancellationToken;
+    use tinytools::FnTool;
+
+    use super::*;
+    use crate::McpServer;
+
+    /// The catalogue keeps specs, not tools, so no cycle keeps a dropped
+    /// client's connection alive; tools handed out keep it while they live.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_dropped_client_frees_its_connection_once_its_tools_are_gone() {
+        let server = McpServer::builder("s")
+            .tool(FnTool::new("echo", "Echoes.", |_: Value| async {
+                anyhow::Ok("x")
+            }))
+            .build()
+            .unwrap();
+        let (client_io, server_io) = tokio::io::duplex(1 << 16);
+        let (read, write) = tokio::io::split(server_io);
+        tokio::spawn(async move { server.serve_io(read, write, CancellationToken::new()).await });
+        let (read, write) = tokio::io::split(client_io);
+        let client = McpClient::connect_stream(RemoteServer::stream("s"), read, write)
+            .await
+            .unwrap();
+        let tools = client.tools();
+        let connection = Arc::downgrade(&client.connection);
+        drop(client);
+        assert!(connection.upgrade().is_some(), "the tools still hold it");
+        drop(tools);
+        for _ in 0..100 {
+            if connection.upgrade().is_none() {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        panic!("the connection outlived its client and tools");
     }
 }

@@ -8,11 +8,11 @@ use parking_lot::RwLock;
 use rmcp::ClientHandler;
 use rmcp::model::{ClientCapabilities, ClientConfig, Implementation};
 use rmcp::service::{NotificationContext, RoleClient};
+use tinytools::ToolSpec;
 use tokio::sync::watch;
 
 use super::progress::ProgressRoutes;
 use super::remote::RemoteServer;
-use super::tool::McpTool;
 
 /// The tools a server offers now.
 #[derive(Default)]
@@ -21,8 +21,16 @@ pub(crate) struct Catalogue {
     pub(crate) generation: u64,
     /// The server's names of the tools it offers.
     pub(crate) offered: HashSet<String>,
-    /// The tools, in the server's order.
-    pub(crate) tools: Vec<Arc<McpTool>>,
+    /// The tools, in the server's order. Kept as specs, not as tools: a
+    /// tool holds the connection, which holds this.
+    pub(crate) tools: Vec<Listed>,
+}
+
+/// One tool of the list: the server's name and the spec it maps to.
+#[derive(Clone)]
+pub(crate) struct Listed {
+    pub(crate) remote: String,
+    pub(crate) spec: ToolSpec,
 }
 
 /// One connection's shared state.

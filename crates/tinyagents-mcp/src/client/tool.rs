@@ -40,14 +40,6 @@ impl McpTool {
         }
     }
 
-    pub(crate) fn remote(&self) -> &str {
-        &self.remote
-    }
-
-    pub(crate) fn registered_name(&self) -> &str {
-        &self.spec.name
-    }
-
     fn server(&self) -> &str {
         &self.connection.server.name
     }
