@@ -248,3 +248,79 @@ async fn an_mcp_call_in_flight_at_a_crash_is_never_sent_again() {
             .any(|d| d.row.call_id.as_str() == "p1")
     );
 }
+
+/// The delegated origin, with a nested call inside it: a coordinator asks
+/// a specialist agent (as a tool), whose tool nests a call of the MCP tool.
+/// The MCP call is refused inside the delegated run by the specialist's
+/// policy (nothing reaches the server); without the policy it runs once,
+/// its events reaching the coordinator's stream as `Delegated`.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_delegated_agents_nested_mcp_call_takes_the_same_path() {
+    for guarded in [true, false] {
+        let (_dir, log) = log_file();
+        let client = connect("normal", &log, |s| s).await;
+        let mut specialist = Agent::builder("specialist")
+            .model(ScriptedModel::new(vec![
+                ScriptedModel::tool_call("relay", json!({})),
+                ChatResponse::text("relayed"),
+            ]))
+            .instructions("You relay.")
+            .tools(client.tools())
+            .tool(nesting())
+            .max_nested_depth(1);
+        if guarded {
+            specialist = specialist.middleware(Arc::new(
+                ToolPolicyMiddleware::new().deny_side_effects(SideEffects::DESTRUCTIVE),
+            ));
+        }
+        let specialist = specialist.build().unwrap();
+        let coordinator = Agent::builder("coordinator")
+            .model(ScriptedModel::new(vec![
+                ScriptedModel::tool_call("specialist", json!({ "query": "relay it" })),
+                ChatResponse::text("done"),
+            ]))
+            .instructions("You delegate.")
+            .tool(specialist.as_tool("specialist", "Relays."))
+            .build()
+            .unwrap();
+        let (events, run) = {
+            let (sink, collected) = tinyagents_tests::collector();
+            let run = coordinator.run_with(RunRequest::new("go"), &sink).await;
+            drop(sink);
+            (collected.await.unwrap(), run.unwrap())
+        };
+        assert_eq!(run.status, RunStatus::Completed);
+        let delegated_echo = |completed: bool| {
+            events.iter().any(|e| match e {
+                AgentEvent::Delegated { event, .. } => match event.as_ref() {
+                    AgentEvent::ToolCompleted {
+                        name,
+                        parent_call_id: Some(_),
+                        ..
+                    } => completed && name == "broken_echo",
+                    AgentEvent::ToolFailed {
+                        name,
+                        parent_call_id: Some(_),
+                        error,
+                        ..
+                    } => !completed && name == "broken_echo" && error.contains("destructive"),
+                    _ => false,
+                },
+                _ => false,
+            })
+        };
+        if guarded {
+            assert!(
+                delegated_echo(false),
+                "the nested MCP call was refused in the delegated run"
+            );
+            assert_eq!(calls(&log), 0);
+        } else {
+            assert!(
+                delegated_echo(true),
+                "the nested MCP call ran in the delegated run"
+            );
+            assert_eq!(calls(&log), 1);
+        }
+    }
+}
