@@ -1,5 +1,5 @@
 //! The cargo features of the facade (`openai`, `anthropic`, `sqlite`,
-//! `orchestrator`, `mcp`): the gate's check that every feature set compiles, and
+//! `orchestrator`, `mcp`, `otel`): the gate's check that every feature set compiles, and
 //! `cargo xtask build-times`, which measures what the default and the
 //! minimal facade cost to build from clean.
 
@@ -14,7 +14,14 @@ use crate::{Step, cargo, cargo_command, secs};
 /// The facade's features. The gate checks each alone on top of the
 /// minimal build (`--no-default-features`); the default build (all of
 /// them) is the clippy step's.
-pub(crate) const FEATURES: [&str; 5] = ["openai", "anthropic", "sqlite", "orchestrator", "mcp"];
+pub(crate) const FEATURES: [&str; 6] = [
+    "openai",
+    "anthropic",
+    "sqlite",
+    "orchestrator",
+    "mcp",
+    "otel",
+];
 
 /// The crates whose own features the facade's forward to.
 const FEATURED_CRATES: [&str; 3] = [

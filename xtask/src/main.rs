@@ -2,13 +2,16 @@
 //! that CI runs, `cargo xtask bench` runs the benchmarks, `cargo xtask
 //! sim` the simulator and `cargo xtask fuzz` the fuzz targets.
 //!
-//! Plain std on purpose: the gate must build fast on a fresh machine.
+//! Plain std on purpose, serde_json aside (reading Phoenix's answers in
+//! `cargo xtask interop phoenix`, over a loopback HTTP/1.1 client of our
+//! own): the gate must build fast on a fresh machine.
 
 // A command-line tool: printing to stdout is its job.
 #![allow(clippy::print_stdout)]
 
 mod features;
 mod instr;
+mod interop;
 mod peers;
 mod sim;
 
@@ -30,7 +33,8 @@ commands:
                  @copilotkit/aimock into .tools/aimock and the pinned
                  @modelcontextprotocol/server-everything, server-filesystem
                  and sdk into .tools/mcp), doc, examples (every example of
-                 the facade, offline), sim, loom, deny;
+                 the facade, offline), interop (`interop phoenix`), sim,
+                 loom, deny;
                  naming steps runs only those (`cargo xtask ci clippy tests`)
   bench [ARGS]   cargo bench --workspace over the bench targets; ARGS are
                  passed to cargo bench (after `--`: to the bench binaries)
@@ -79,6 +83,15 @@ commands:
                  a cargo-fuzz target (fuzz/: parsers, suspended_run,
                  checkpoint, ledger_rows, prepare_arguments) for SECONDS (600), after
                  writing its first corpus; installs cargo-fuzz
+  interop phoenix
+                 the OTLP export against Arize Phoenix: installs the pinned
+                 arize-phoenix into .tools/phoenix/venv (python3 -m venv, pip)
+                 when missing, starts it on loopback in a temporary
+                 directory, runs the otel example exporting to it, reads the
+                 spans back through its REST API and checks the tree
+  peers          installs what the tests and examples run against, when
+                 missing: aimock and the MCP servers (npm, into .tools/), tmux
+                 (Debian's package, for the command line's live-view tests)
   help           this text";
 
 /// cargo-deny release known to build with the pinned toolchain (1.95).
@@ -99,6 +112,14 @@ fn main() -> ExitCode {
         Some("sim") => sim::sim(rest),
         Some("fuzz") => sim::fuzz(rest),
         Some("build-times") => features::build_times(rest),
+        Some("interop") => interop::interop(rest),
+        Some("peers") => match peers::ensure_all() {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(why) => {
+                eprintln!("xtask peers: {why}");
+                ExitCode::FAILURE
+            }
+        },
         Some("help" | "-h" | "--help") => {
             println!("{USAGE}");
             ExitCode::SUCCESS
@@ -261,6 +282,8 @@ struct Step {
     peers: Vec<fn() -> Result<(), String>>,
     tools: Vec<Tool>,
     commands: Vec<Cmd>,
+    /// Checks of the xtask's own, run after the commands.
+    checks: Vec<fn() -> Result<(), String>>,
     note: Option<&'static str>,
 }
 
@@ -271,6 +294,7 @@ impl Step {
             peers: Vec::new(),
             tools: Vec::new(),
             commands,
+            checks: Vec::new(),
             note: None,
         }
     }
@@ -285,6 +309,9 @@ impl Step {
         for cmd in &self.commands {
             println!("$ {cmd}");
             cmd.run()?;
+        }
+        for check in &self.checks {
+            check()?;
         }
         if let Some(note) = self.note {
             println!("note: {note}");
@@ -309,7 +336,11 @@ fn ci_steps() -> Vec<Step> {
         ),
         features::ci_step(),
         Step {
-            peers: vec![peers::ensure_aimock, peers::ensure_mcp_peers],
+            peers: vec![
+                peers::ensure_aimock,
+                peers::ensure_mcp_peers,
+                peers::ensure_tmux,
+            ],
             tools: vec![Tool {
                 subcommand: "nextest",
                 krate: "cargo-nextest",
@@ -329,6 +360,13 @@ fn ci_steps() -> Vec<Step> {
         ),
     ];
     steps.push(examples_step());
+    // The OTLP export against a real receiver, after `examples` (which
+    // builds the otel example): about 70 s cold (installing Phoenix), 11 s
+    // warm.
+    steps.push(Step {
+        checks: vec![interop::phoenix],
+        ..Step::new("interop", Vec::new())
+    });
     steps.push(sim::ci_step());
     let root = root();
     if root.join("crates/tinyagents-core/tests/loom.rs").exists() {
@@ -370,7 +408,7 @@ fn ci_steps() -> Vec<Step> {
 /// The examples gallery of the facade, each run offline on its scripted
 /// models (with `TINYAGENTS_MODEL` removed, so a developer's real model is
 /// never called by the gate).
-const EXAMPLES: [&str; 7] = [
+const EXAMPLES: [&str; 8] = [
     "quickstart",
     "team",
     "approval",
@@ -378,11 +416,16 @@ const EXAMPLES: [&str; 7] = [
     "typed_output",
     "streaming",
     "mcp",
+    "otel",
 ];
 
 /// The features an example needs beyond the facade's defaults.
 fn example_features(example: &str) -> Option<&'static str> {
-    (example == "mcp").then_some("mcp")
+    match example {
+        "mcp" => Some("mcp"),
+        "otel" => Some("otel"),
+        _ => None,
+    }
 }
 
 fn examples_step() -> Step {

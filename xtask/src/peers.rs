@@ -129,3 +129,52 @@ pub(crate) fn ensure_mcp_peers() -> Result<(), String> {
     );
     npm_install(&dir, &MCP_PEERS, "the MCP interop tests")
 }
+
+/// tmux, which the command line's live-view tests drive (`send-keys`,
+/// `capture-pane`): Debian's package, installed with apt-get when missing.
+pub(crate) fn ensure_tmux() -> Result<(), String> {
+    let present = |program: &str, arg: &str| {
+        Command::new(program)
+            .arg(arg)
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    if present("tmux", "-V") {
+        return Ok(());
+    }
+    println!("tmux is missing: installing Debian's package with apt-get");
+    let started = Instant::now();
+    let apt = |args: &[&str]| {
+        Command::new("apt-get")
+            .args(args)
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .status()
+            .map_err(|e| format!("apt-get could not start ({e}): install tmux by hand"))
+    };
+    let installed = apt(&["install", "-y", "-qq", "tmux"])?;
+    if !installed.success() {
+        // The package lists may be missing on a fresh machine.
+        let updated = apt(&["update", "-qq"])?;
+        let again = apt(&["install", "-y", "-qq", "tmux"])?;
+        if !updated.success() || !again.success() {
+            return Err(
+                "`apt-get install tmux` failed: the live-view tests need tmux (run as root, \
+                 or install it)"
+                    .to_owned(),
+            );
+        }
+    }
+    if !present("tmux", "-V") {
+        return Err("apt-get installed tmux, but `tmux -V` does not run".to_owned());
+    }
+    println!("installed tmux in {}", secs(started.elapsed()));
+    Ok(())
+}
+
+/// `cargo xtask peers`: everything the tests and the examples run
+/// against, installed now.
+pub(crate) fn ensure_all() -> Result<(), String> {
+    ensure_aimock()?;
+    ensure_mcp_peers()?;
+    ensure_tmux()
+}

@@ -161,4 +161,27 @@ impl TinyAgentsError {
             other => other.to_string(),
         }
     }
+
+    /// A stable, low-cardinality name of what went wrong, for OpenTelemetry's
+    /// `error.type`: the variant (`tool_failed`, `denied`, `timeout`, …),
+    /// and for a model error the model's kind (`model.rate_limited`, …).
+    pub fn error_type(&self) -> &'static str {
+        match self {
+            Self::ToolNotFound { .. } => "tool_not_found",
+            Self::ToolFailed { .. } => "tool_failed",
+            Self::InvalidArguments { .. } => "invalid_arguments",
+            Self::LimitExceeded { .. } => "limit_exceeded",
+            Self::Timeout { .. } => "timeout",
+            Self::Cancelled => "cancelled",
+            Self::ApprovalRequired { .. } => "approval_required",
+            Self::NestedDisabled { .. } => "nested_disabled",
+            Self::NestedDepthExceeded { .. } => "nested_depth_exceeded",
+            Self::NestedApprovalRequired { .. } => "nested_approval_required",
+            Self::NestedRefusalCap { .. } => "nested_refusal_cap",
+            Self::Model(error) => error.error_type(),
+            Self::Denied { .. } => "denied",
+            Self::Config(_) => "config",
+            Self::State(_) => "state",
+        }
+    }
 }

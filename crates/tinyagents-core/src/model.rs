@@ -235,6 +235,22 @@ impl ModelError {
                 | Self::Timeout { .. }
         )
     }
+
+    /// A stable name of the kind of failure, for OpenTelemetry's
+    /// `error.type` (`model.rate_limited`, `model.timeout`, …).
+    pub fn error_type(&self) -> &'static str {
+        match self {
+            Self::Authentication { .. } => "model.authentication",
+            Self::RateLimited { .. } => "model.rate_limited",
+            Self::ContextLength { .. } => "model.context_length",
+            Self::Server { .. } => "model.server",
+            Self::Malformed { .. } => "model.malformed",
+            Self::Transport { .. } => "model.transport",
+            Self::Timeout { .. } => "model.timeout",
+            Self::ScriptExhausted { .. } => "model.script_exhausted",
+            Self::InvalidRequest { .. } => "model.invalid_request",
+        }
+    }
 }
 
 /// A chat model. Implementations must be cheap to share (`Arc<dyn ChatModel>`).
@@ -242,6 +258,13 @@ impl ModelError {
 pub trait ChatModel: Send + Sync {
     /// A name for events and spans (`gen_ai.request.model`).
     fn name(&self) -> &str;
+
+    /// Who serves the model, as OpenTelemetry's `gen_ai.provider.name`
+    /// names it (`openai`, `anthropic`, …); `unknown` unless the model
+    /// says. A model that wraps another forwards it.
+    fn provider(&self) -> &str {
+        "unknown"
+    }
 
     /// Answers one request. Dropping the future cancels the call.
     async fn chat(&self, request: ChatRequest<'_>) -> Result<ChatResponse, ModelError>;
@@ -273,6 +296,10 @@ impl<T: ChatModel + ?Sized> ChatModel for std::sync::Arc<T> {
         (**self).name()
     }
 
+    fn provider(&self) -> &str {
+        (**self).provider()
+    }
+
     async fn chat(&self, request: ChatRequest<'_>) -> Result<ChatResponse, ModelError> {
         (**self).chat(request).await
     }
@@ -302,6 +329,7 @@ mod tests {
         let shared: Arc<dyn ChatModel> = Arc::new(Named("a"));
         assert!(Arc::ptr_eq(&shared_model(Arc::clone(&shared)), &shared));
         assert_eq!(shared_model(Named("b")).name(), "b");
+        assert_eq!(shared_model(Named("b")).provider(), "unknown");
         // An `Arc` of a concrete model is a model too (one more hop).
         let concrete = Arc::new(Named("c"));
         assert_eq!(shared_model(Arc::clone(&concrete)).name(), "c");

@@ -39,13 +39,14 @@ mod run;
 mod seal;
 mod segment;
 mod tool;
+mod trace;
 
 pub use agent_loop::{Reconciliation, ResumeOptions};
 pub use events::{EventReceiver, EventSink, STALLED_READER_GRACE, event_channel};
 pub use handle::{DEFAULT_EVENT_BUFFER, RunHandle, RunHandleFuture};
 pub use harness::{AgentHarness, AgentHarnessBuilder};
 pub use run::{
-    AgentRun, ApprovalDecision, OUTPUT_SCHEMA_PROPERTY, PendingCall, RunRequest,
+    AgentRun, ApprovalDecision, OUTPUT_SCHEMA_PROPERTY, PendingCall, RunRequest, SESSION_PROPERTY,
     SUSPENDED_RUN_FORMAT, SuspendedRun, TurnEntry,
 };
 pub use seal::{SEAL_KEY_MIN_BYTES, SEALED_RUN_FORMAT, SealedRun};

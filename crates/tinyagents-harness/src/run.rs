@@ -19,6 +19,13 @@ use tinyagents_core::{
 /// with [`RunRequest::with_output_schema`].
 pub const OUTPUT_SCHEMA_PROPERTY: &str = "tinyagents.output_schema";
 
+/// The run property that names the session a run belongs to (a string, the
+/// session id). The orchestrator sets it (an agent tool replaces it with
+/// the child session's in its child run); the harness reads it as the
+/// spans' `gen_ai.conversation.id`, which a run outside a session does not
+/// carry.
+pub const SESSION_PROPERTY: &str = "tinyagents.session";
+
 /// The version of [`SuspendedRun`]'s serialised form.
 pub const SUSPENDED_RUN_FORMAT: u32 = 1;
 

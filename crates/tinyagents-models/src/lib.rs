@@ -62,7 +62,7 @@ pub use http::HttpOptions;
 #[cfg(feature = "openai")]
 pub use openai::{OpenAiConfig, OpenAiModel, ToolOnlyContent};
 pub use retry::RetryPolicy;
-pub use scripted::{RecordedRequest, ScriptedModel};
+pub use scripted::{RecordedRequest, SCRIPTED_PROVIDER, ScriptedModel};
 pub use spec::{MODEL_ENV_VAR, ModelSpec, SpecError, from_env, from_spec};
 #[cfg(feature = "http")]
 pub use tls::tls_client_config;

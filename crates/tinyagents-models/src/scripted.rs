@@ -30,8 +30,12 @@ pub struct RecordedRequest {
     pub output_schema: Option<OutputSchema>,
 }
 
+/// The `gen_ai.provider.name` of a [`ScriptedModel`]: no provider serves it.
+pub const SCRIPTED_PROVIDER: &str = "tinyagents.scripted";
+
 /// A model that answers from a script: a queue of responses, or a function
-/// of the request. Deterministic and offline.
+/// of the request. Deterministic and offline. Its provider (the spans'
+/// `gen_ai.provider.name`) is [`SCRIPTED_PROVIDER`].
 pub struct ScriptedModel {
     name: String,
     script: Mutex<Script>,
@@ -131,6 +135,10 @@ impl ScriptedModel {
 impl ChatModel for ScriptedModel {
     fn name(&self) -> &str {
         &self.name
+    }
+
+    fn provider(&self) -> &str {
+        SCRIPTED_PROVIDER
     }
 
     async fn chat(&self, request: ChatRequest<'_>) -> Result<ChatResponse, ModelError> {

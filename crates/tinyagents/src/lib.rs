@@ -51,6 +51,7 @@
 //! | [`models`] | `ScriptedModel` and the OpenAI-compatible and Anthropic providers |
 //! | [`orchestrator`] | `Agent`, agents as tools, definitions, sessions, delegated governance |
 //! | `mcp` | MCP servers' tools as tools (`McpClient`), agents and tools served over MCP (`McpServer`); feature `mcp` |
+//! | `otel` | OpenTelemetry export of the run's GenAI spans over OTLP (`Export`, `layer`); feature `otel` |
 //!
 //! A tool's argument type needs `Deserialize` and `JsonSchema`:
 //! [`#[json_schema]`](json_schema) derives both (and `Serialize`) through
@@ -66,6 +67,7 @@
 //! | `sqlite` | yes | `ledger::SqliteLedger` and, with `orchestrator`, `orchestrator::SqliteSessionStore` (bundled SQLite) |
 //! | `orchestrator` | yes | [`Agent`], agents as tools, sessions, definitions (`orchestrator`) |
 //! | `mcp` | no | the `mcp` module: MCP both ways, on rmcp (implies `orchestrator`) |
+//! | `otel` | no | the `otel` module: OTLP export (HTTP/protobuf, gRPC) of the spans, on opentelemetry 0.33 |
 //!
 //! With `default-features = false` the crate is the core, the tools, the
 //! middleware, the ledger's memory store and the harness with
@@ -102,6 +104,9 @@ pub use tinyagents_models as models;
 #[cfg(feature = "orchestrator")]
 #[doc(inline)]
 pub use tinyagents_orchestrator as orchestrator;
+#[cfg(feature = "otel")]
+#[doc(inline)]
+pub use tinyagents_otel as otel;
 #[doc(inline)]
 pub use tinytools as tools;
 

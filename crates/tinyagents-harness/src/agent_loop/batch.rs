@@ -16,8 +16,15 @@ use super::nested::{NestedRequest, NestedRunner};
 use super::turn::Slot;
 use crate::call::{CallOutcome, CallSite};
 
-/// A call of a batch as it runs: its slot, the call, its tool, its hash.
-type Work<'a> = (usize, ToolCall, &'a RegisteredTool, Option<&'a str>);
+/// A call of a batch as it runs: its slot, the call, its tool, its hash,
+/// its provider's id.
+type Work<'a> = (
+    usize,
+    ToolCall,
+    &'a RegisteredTool,
+    Option<&'a str>,
+    Option<&'a str>,
+);
 
 /// The runner of a turn's nested calls and the end the loop services.
 type Nested<'a> = Option<(
@@ -52,8 +59,10 @@ impl Run<'_> {
             }
             return;
         }
-        let mut nested = nesting
-            .then(|| NestedRunner::new(self.events.clone(), self.ctx.cancellation().clone()));
+        let mut nested = nesting.then(|| {
+            let cancel = self.ctx.cancellation().clone();
+            NestedRunner::new(self.events.clone(), cancel, Arc::clone(&self.shared))
+        });
         let harness = self.harness;
         let mut start = 0;
         while start < slots.len() && !self.ctx.is_cancelled() {
@@ -95,12 +104,13 @@ impl Run<'_> {
         };
         self.events.started(call).await;
         let runs = self.call_to_run(call);
+        let provider_id = call.provider_id.as_deref();
         // The call's future is made inside the `select!`, so the run's
         // future holds it once (an argument passed down would be kept
         // twice).
         let done = tokio::select! {
             biased;
-            done = self.run_one(runs, entry, args_hash.as_deref(), None) => {
+            done = self.run_one(runs, entry, (args_hash.as_deref(), provider_id), None) => {
                 // Cancellation wins a tie, as in a batch.
                 (!self.ctx.is_cancelled()).then_some(done)
             }
@@ -142,7 +152,12 @@ impl Run<'_> {
                     entry,
                     args_hash,
                     ..
-                } => Some((i, self.call_to_run(call), *entry, args_hash.as_deref())),
+                } => {
+                    let runs = self.call_to_run(call);
+                    let call: &ToolCall = call;
+                    let provider_id = call.provider_id.as_deref();
+                    Some((i, runs, *entry, args_hash.as_deref(), provider_id))
+                }
                 _ => None,
             })
             .collect();
@@ -151,10 +166,11 @@ impl Run<'_> {
         let runner = nested.as_ref().map(|(runner, _)| Arc::clone(runner));
         let mut running: FuturesUnordered<BoxFuture<'_, Done>> = work
             .into_iter()
-            .map(|(index, call, entry, args_hash)| {
+            .map(|(index, call, entry, args_hash, provider_id)| {
                 let runner = runner.as_ref();
                 let future: BoxFuture<'_, Done> = Box::pin(async move {
-                    let outcome = self.run_one(call, entry, args_hash, runner).await;
+                    let ids = (args_hash, provider_id);
+                    let outcome = self.run_one(call, entry, ids, runner).await;
                     Done::Call(index, outcome)
                 });
                 future
@@ -235,18 +251,22 @@ impl Run<'_> {
     /// Runs one model-issued call and writes its settled row as soon as it
     /// ends, so a crash later in the turn does not put a finished call in
     /// doubt.
+    /// `ids` are its idempotency key's hash and its provider's id.
     async fn run_one(
         &self,
         call: ToolCall,
         entry: &RegisteredTool,
-        args_hash: Option<&str>,
+        ids: (Option<&str>, Option<&str>),
         runner: Option<&Arc<NestedRunner>>,
     ) -> CallOutcome {
         let id = call.id.clone();
+        let (args_hash, provider_id) = ids;
         let site = CallSite {
             parent_call_id: None,
             nested: runner,
             args_hash,
+            provider_id,
+            parent_span: None,
         };
         let outcome = self.execute_call(call, entry, site).await;
         self.harness

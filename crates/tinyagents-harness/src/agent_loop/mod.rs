@@ -41,6 +41,7 @@ use crate::mutation::{Mutation, planted};
 use crate::run::{AgentRun, RunRequest};
 use crate::segment::SegmentGuard;
 use crate::tool::RunShared;
+use crate::trace::{self, Segment};
 
 pub(crate) use ledger::Start;
 pub use reconcile::Reconciliation;
@@ -112,42 +113,39 @@ impl AgentHarness {
     }
 
     /// [`Self::run_with`] once the request is prepared, on the segment's
-    /// own sink.
+    /// own sink, under its `invoke_agent` span. Each await is instrumented
+    /// on its own (not one async block around them all), so the run's
+    /// future keeps its context and state once.
     async fn run_prepared(
         &self,
         ctx: RunContext,
         state: State,
         events: &EventSink,
     ) -> Result<AgentRun, TinyAgentsError> {
-        announce(&events.bounded_by(&ctx), &ctx.run_id, self).await;
-        if ctx.depth > ctx.limits.max_depth {
+        let span = trace::invoke_agent(self, &ctx.run_id, &ctx.properties, ctx.depth, Segment::Run);
+        announce(&events.bounded_by(&ctx), &ctx.run_id, self)
+            .instrument(span.clone())
+            .await;
+        let result = if ctx.depth > ctx.limits.max_depth {
             let refused = Err(TinyAgentsError::LimitExceeded {
                 kind: tinyagents_core::LimitKind::Depth,
                 limit: u64::from(ctx.limits.max_depth),
                 used: u64::from(ctx.depth),
             });
-            return report_failure(events, refused).await;
-        }
-        if let Err(refused) = self.claim_run(&ctx.run_id).await {
-            return report_failure(events, Err(refused)).await;
-        }
-        let mut run = self.open(ctx, state, events);
-        let span = tracing::info_span!(
-            "invoke_agent",
-            otel.name = %format_args!("invoke_agent {}", self.agent_name()),
-            gen_ai.operation.name = "invoke_agent",
-            gen_ai.agent.name = %self.agent_name(),
-            gen_ai.conversation.id = %run.ctx.run_id,
-        );
-        async {
-            let result = run.drive().await;
+            report_failure(events, refused).await
+        } else if let Err(refused) = self.claim_run(&ctx.run_id).await {
+            report_failure(events, Err(refused)).await
+        } else {
+            let mut run = self.open(ctx, state, events);
+            let result = run.drive().instrument(span.clone()).await;
             report_failure(run.sink(), result).await
-        }
-        .instrument(span)
-        .await
+        };
+        trace::run_ended(&span, &result, self);
+        result
     }
 
-    fn agent_name(&self) -> &str {
+    /// The agent's name in spans: its id, or `agent`.
+    pub(crate) fn agent_name(&self) -> &str {
         self.agent_id.as_ref().map_or("agent", |id| id.as_str())
     }
 
@@ -322,16 +320,12 @@ impl Run<'_> {
                 None
             },
         };
-        let span = tracing::info_span!(
-            "chat",
-            otel.name = %format_args!("chat {}", harness.model.name()),
-            gen_ai.operation.name = "chat",
-            gen_ai.request.model = %harness.model.name(),
-        );
+        let redaction = self.events.redaction();
+        let span = trace::chat(harness, &self.ctx, turn, &self.state.messages, redaction);
         // A provider is host code too: a panic in it fails the run.
         let call = AssertUnwindSafe(harness.model.chat(request))
             .catch_unwind()
-            .instrument(span);
+            .instrument(span.clone());
         // The model's answer is polled first, so an answer that is ready at
         // once registers no waiter on the cancellation token.
         let answer = tokio::select! {
@@ -345,14 +339,25 @@ impl Run<'_> {
             () = self.ctx.cancellation().cancelled() => return Ok(ModelOutcome::Cancelled),
         };
         let response = match answer {
-            None => return Ok(ModelOutcome::Limit(self.wall_clock_spent())),
-            Some(Ok(result)) => result?,
+            None => {
+                let limit = self.wall_clock_spent();
+                trace::chat_failed(&span, "timeout", &limit.to_string(), redaction);
+                return Ok(ModelOutcome::Limit(limit));
+            }
+            Some(Ok(Ok(response))) => response,
+            Some(Ok(Err(error))) => {
+                trace::chat_failed(&span, error.error_type(), &error.to_string(), redaction);
+                return Err(error.into());
+            }
             Some(Err(panic)) => {
                 let who = format!("model '{}'", harness.model.name());
-                return Err(panicked(&who, panic.as_ref()));
+                let error = panicked(&who, panic.as_ref());
+                trace::chat_failed(&span, "panic", &error.to_string(), redaction);
+                return Err(error);
             }
         };
         let capture = self.ctx.capture.model_io;
+        trace::chat_answered(&span, &response, capture, redaction);
         events
             .emit(|| AgentEvent::ModelCompleted {
                 turn,

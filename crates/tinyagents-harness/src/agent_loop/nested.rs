@@ -11,6 +11,8 @@ use serde_json::{Map, Value, json};
 use tinyagents_core::{CallId, CancellationToken, TinyAgentsError, ToolResult};
 
 use crate::call::ToolEvents;
+use crate::tool::RunShared;
+use crate::trace::ToolSpan;
 use tinytools::cut;
 use tokio::sync::{OwnedRwLockReadGuard, OwnedRwLockWriteGuard, RwLock, mpsc, oneshot};
 use tokio::time::Instant;
@@ -32,6 +34,8 @@ pub(crate) struct NestedRequest {
     pub(crate) name: String,
     pub(crate) arguments: Value,
     pub(crate) reply: oneshot::Sender<Result<ToolResult, TinyAgentsError>>,
+    /// The calling tool's `execute_tool` span: this call's opens under it.
+    pub(crate) span: tracing::Span,
 }
 
 /// A multiply-rotate hasher (FxHash's mix) for the runner's maps. Their keys
@@ -176,6 +180,8 @@ pub(crate) struct NestedRunner {
     gate: Arc<RwLock<()>>,
     cancel: CancellationToken,
     events: ToolEvents,
+    /// The run, for the spans of the calls refused here.
+    run: Arc<RunShared>,
 }
 
 fn parent_settled(name: &str, parent: &CallId, why: &str) -> TinyAgentsError {
@@ -190,6 +196,7 @@ impl NestedRunner {
     pub(crate) fn new(
         events: ToolEvents,
         cancel: CancellationToken,
+        run: Arc<RunShared>,
     ) -> (Arc<Self>, mpsc::UnboundedReceiver<NestedRequest>) {
         let (tx, rx) = mpsc::unbounded_channel();
         let runner = Self {
@@ -198,6 +205,7 @@ impl NestedRunner {
             gate: Arc::new(RwLock::new(())),
             cancel,
             events,
+            run,
         };
         (Arc::new(runner), rx)
     }
@@ -532,13 +540,14 @@ impl NestedRunner {
             &request.name,
             &request.arguments,
             &message,
+            &request.span,
         )
         .await;
         let _ = request.reply.send(Err(error));
     }
 
-    /// Refuses a call without the loop: its `ToolStarted`, its summary entry
-    /// and its `ToolFailed`.
+    /// Refuses a call without the loop: its `ToolStarted`, its summary entry,
+    /// its `ToolFailed` and its span (under `span`, its parent's).
     async fn refuse_here(
         &self,
         id: &CallId,
@@ -546,7 +555,22 @@ impl NestedRunner {
         name: &str,
         arguments: &Value,
         message: &str,
+        span: &tracing::Span,
     ) {
+        let tool = ToolSpan {
+            id,
+            name,
+            provider_id: None,
+            parent: Some(span),
+            run: &self.run,
+        };
+        let redaction = self.events.redaction();
+        tool.refused(
+            &self.events,
+            || redaction.copy(arguments),
+            "refused",
+            message,
+        );
         self.events
             .started_nested(id, parent, name, arguments)
             .await;
@@ -620,6 +644,7 @@ impl NestedRunner {
         parent: &CallId,
         name: &str,
         arguments: Value,
+        span: &tracing::Span,
     ) -> Result<ToolResult, TinyAgentsError> {
         let id = {
             let mut state = self.state.lock();
@@ -635,7 +660,7 @@ impl NestedRunner {
             // refusal is settled here, with the events and the summary entry
             // every refused call has.
             let message = format!("nested call '{name}' refused: the run was cancelled");
-            self.refuse_here(&id, parent, name, &arguments, &message)
+            self.refuse_here(&id, parent, name, &arguments, &message, span)
                 .await;
             return Err(TinyAgentsError::tool_failed(name, message));
         }
@@ -646,6 +671,7 @@ impl NestedRunner {
             name: name.to_owned(),
             arguments,
             reply,
+            span: span.clone(),
         };
         if self.tx.send(request).is_err() {
             return Err(parent_settled(name, parent, "has settled"));

@@ -5,11 +5,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use serde_json::Map;
 use tinyagents_core::{
     AgentEvent, LimitTracker, Message, RunContext, RunId, State, TinyAgentsError, ToolCall,
     ToolReplay,
 };
 use tinyagents_ledger::{CallStatus, EffectLedger, Found, Outcome, RunState};
+use tracing::Instrument;
 
 use super::Run;
 use super::ledger::{guarded, state_error};
@@ -21,6 +23,7 @@ use crate::harness::AgentHarness;
 use crate::mutation::{Mutation, planted};
 use crate::run::{AgentRun, SuspendedRun};
 use crate::segment::SegmentGuard;
+use crate::trace::{self, Segment};
 
 impl<'h> Run<'h> {
     /// Settles the run's rows still in doubt that a recovery will not meet
@@ -150,10 +153,19 @@ impl AgentHarness {
         events: &EventSink,
     ) -> Result<AgentRun, TinyAgentsError> {
         let (guard, mut events) = SegmentGuard::open(events, run_id.clone());
-        super::announce(&events, run_id, self).await;
+        // Its own `invoke_agent` span (the checkpoint's properties and depth
+        // are not read yet); `tinyagents.run.id` links it to the run's others.
+        let span = trace::invoke_agent(self, run_id, &Map::new(), 0, Segment::Recover);
+        super::announce(&events, run_id, self)
+            .instrument(span.clone())
+            .await;
         // Once the run is open, its failure is reported on its bounded sink.
-        let result = self.recover_run(run_id, options, &mut events).await;
+        let result = self
+            .recover_run(run_id, options, &mut events)
+            .instrument(span.clone())
+            .await;
         let result = super::report_failure(&events, result).await;
+        trace::run_ended(&span, &result, self);
         guard.disarm();
         result
     }
@@ -184,6 +196,7 @@ impl AgentHarness {
                 saved.depth
             )));
         }
+        trace::restored(&tracing::Span::current(), &saved.properties, saved.depth);
         let blocked = saved.replay_blocked.clone();
         let rows = ledger.rows(run_id).await.map_err(state_error)?;
         // The checkpoint holds the budget as its turn began. The turn's

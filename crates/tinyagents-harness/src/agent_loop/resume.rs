@@ -9,6 +9,7 @@
 use tinyagents_core::{RunStatus, TinyAgentsError, ToolCall, args_hash};
 use tinyagents_ledger::RunState;
 use tinytools::prepare_arguments;
+use tracing::Instrument;
 
 use super::Run;
 use super::ledger::state_error;
@@ -22,6 +23,7 @@ use crate::run::{
     TurnEntry,
 };
 use crate::segment::SegmentGuard;
+use crate::trace::{self, Segment};
 
 /// Options of a resumed run segment.
 #[derive(Debug, Clone, Default)]
@@ -191,12 +193,25 @@ impl AgentHarness {
         events: &EventSink,
     ) -> Result<AgentRun, TinyAgentsError> {
         let (guard, mut events) = SegmentGuard::open(events, suspended.run_id.clone());
-        super::announce(&events, &suspended.run_id, self).await;
+        // Its own `invoke_agent` span, under whatever is current where the
+        // host resumes; `tinyagents.run.id` links it to the run's others.
+        let span = trace::invoke_agent(
+            self,
+            &suspended.run_id,
+            &suspended.properties,
+            suspended.depth,
+            Segment::Resume,
+        );
+        super::announce(&events, &suspended.run_id, self)
+            .instrument(span.clone())
+            .await;
         // Once the run is open, its failure is reported on its bounded sink.
         let result = self
             .resume_segment(suspended, decisions, options, &mut events)
+            .instrument(span.clone())
             .await;
         let result = super::report_failure(&events, result).await;
+        trace::run_ended(&span, &result, self);
         guard.disarm();
         result
     }

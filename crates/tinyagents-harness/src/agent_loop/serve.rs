@@ -7,11 +7,12 @@
 use std::sync::Arc;
 
 use serde_json::Value;
-use tinyagents_core::{TinyAgentsError, ToolCall};
+use tinyagents_core::{CallId, TinyAgentsError, ToolCall};
 
 use super::Run;
 use super::nested::{NestedRequest, NestedRunner, NestedStatus};
 use crate::call::{Admission, Admitted, CallOutcome, CallSite, Scope, SettleScope, Settlement};
+use crate::trace::ToolSpan;
 
 impl Run<'_> {
     /// Services one nested request to its end: the reply carries the result
@@ -31,6 +32,7 @@ impl Run<'_> {
             name,
             arguments,
             mut reply,
+            span: parent_span,
         } = request;
         self.events
             .started_nested(&id, &parent, &name, &arguments)
@@ -51,19 +53,21 @@ impl Run<'_> {
         };
         let admitted = match admission {
             Some(Admission::Run(admitted)) => admitted,
-            Some(Admission::Refused(_, error) | Admission::Fatal(_, error)) => {
-                runner
-                    .end_failed(&id, 0, NestedStatus::Failed, &error.to_string())
-                    .await;
+            Some(Admission::Refused(call, error) | Admission::Fatal(call, error)) => {
+                let text = error.to_string();
+                self.nested_refused_span(&id, &parent_span, &call, error.error_type(), &text);
+                runner.end_failed(&id, 0, NestedStatus::Failed, &text).await;
                 let _ = reply.send(Err(error));
                 return;
             }
             Some(Admission::Pending(call, _)) => {
                 // The admission table never defers a nested call; fail closed.
-                let error = TinyAgentsError::NestedApprovalRequired { tool: call.name };
-                runner
-                    .end_failed(&id, 0, NestedStatus::Failed, &error.to_string())
-                    .await;
+                let error = TinyAgentsError::NestedApprovalRequired {
+                    tool: call.name.clone(),
+                };
+                let text = error.to_string();
+                self.nested_refused_span(&id, &parent_span, &call, error.error_type(), &text);
+                runner.end_failed(&id, 0, NestedStatus::Failed, &text).await;
                 let _ = reply.send(Err(error));
                 return;
             }
@@ -99,6 +103,8 @@ impl Run<'_> {
                     parent_call_id: Some(&parent),
                     nested: Some(runner),
                     args_hash: args_hash.as_deref(),
+                    provider_id: None,
+                    parent_span: Some(&parent_span),
                 };
                 // Made inside the `select!`, so this future holds the call's
                 // once (a local moved into it would be kept twice).
@@ -142,5 +148,26 @@ impl Run<'_> {
                 }));
             }
         }
+    }
+
+    /// The `execute_tool` span of a nested call refused at admission, under
+    /// its calling tool's span.
+    fn nested_refused_span(
+        &self,
+        id: &CallId,
+        parent: &tracing::Span,
+        call: &ToolCall,
+        error_type: &str,
+        text: &str,
+    ) {
+        let span = ToolSpan {
+            id,
+            name: &call.name,
+            provider_id: None,
+            parent: Some(parent),
+            run: &self.shared,
+        };
+        let arguments = || self.events.redaction().arguments(call);
+        span.refused(&self.events, arguments, error_type, text);
     }
 }

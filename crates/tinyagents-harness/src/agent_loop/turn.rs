@@ -11,6 +11,7 @@ use tinytools::{RegisteredTool, ToolErrorPolicy};
 use super::{Run, TurnEnd};
 use crate::call::{Admission, CallOutcome, Scope, SettleScope, Settlement, refusal_text};
 use crate::run::{PendingCall, TurnEntry};
+use crate::trace::ToolSpan;
 
 /// One call of a turn, as admission leaves it.
 pub(crate) enum Slot<'h> {
@@ -207,6 +208,7 @@ impl<'h> Run<'h> {
     /// as its result.
     pub(crate) async fn refused_slot(&self, call: ToolCall, error: &TinyAgentsError) -> Slot<'h> {
         let text = refusal_text(self.harness, error);
+        self.refused_span(&call, error.error_type(), &text);
         self.events.refused(&call, &text).await;
         let text = self.events.redaction().text(text);
         Slot::Refused {
@@ -240,6 +242,7 @@ impl<'h> Run<'h> {
                     None => {
                         let text =
                             format!("tool '{}' was not run: the run was cancelled", call.name);
+                        self.refused_span(&call, "cancelled", &text);
                         self.events.refused(&call, &text).await;
                         let message = tool_message(&call, &ToolResult::error(text));
                         self.fold_settled(&mut fold, message);
@@ -369,6 +372,19 @@ impl<'h> Run<'h> {
 }
 
 impl Run<'_> {
+    /// The `execute_tool` span of a model-issued call refused before it ran.
+    fn refused_span(&self, call: &ToolCall, error_type: &str, text: &str) {
+        let span = ToolSpan {
+            id: &call.id,
+            name: &call.name,
+            provider_id: call.provider_id.as_deref(),
+            parent: None,
+            run: &self.shared,
+        };
+        let arguments = || self.events.redaction().arguments(call);
+        span.refused(&self.events, arguments, error_type, text);
+    }
+
     /// `call` with its arguments, for a call that waits for a person after
     /// it ran: without middlewares its arguments moved into the tool (see
     /// `call_to_run`), and the transcript's copy, unredacted then, is the

@@ -18,6 +18,7 @@ use super::settle::CallOutcome;
 use crate::agent_loop::nested::{NestedRunner, attach_summary};
 use crate::agent_loop::{Run, millis, with_deadline};
 use crate::tool::{NESTED_SCOPE, NestedScope, NestedToolRunner, ToolExecutionContext};
+use crate::trace::{self, ToolSpan};
 
 /// Where a call runs: under which parent, with which nested-call runner,
 /// with which idempotency key's hash.
@@ -29,6 +30,10 @@ pub(crate) struct CallSite<'a> {
     pub(crate) nested: Option<&'a Arc<NestedRunner>>,
     /// The hash of its arguments, when a ledger recorded its start.
     pub(crate) args_hash: Option<&'a str>,
+    /// The provider's id of a model-issued call.
+    pub(crate) provider_id: Option<&'a str>,
+    /// The calling tool's span, for a nested call.
+    pub(crate) parent_span: Option<&'a tracing::Span>,
 }
 
 impl Run<'_> {
@@ -45,6 +50,8 @@ impl Run<'_> {
             parent_call_id,
             nested,
             args_hash,
+            provider_id,
+            parent_span,
         } = site;
         let started = Instant::now();
         let spec = entry.spec();
@@ -66,10 +73,19 @@ impl Run<'_> {
         let runner = scope
             .as_ref()
             .map_or(NestedToolRunner::Disabled, |s| s.runner.clone());
+        let tool_span = ToolSpan {
+            id: &call_id,
+            name: &spec.name,
+            provider_id,
+            parent: parent_span,
+            run: &self.shared,
+        };
+        let span = tool_span.open(&self.events, || self.events.redaction().arguments(&call));
         let extension = Arc::new(ToolExecutionContext::new(
             Some(runner),
             call_id.clone(),
             Some(Arc::clone(&self.shared)),
+            span.clone(),
         ));
         let mut tool_context = self.tool_context(&call.id).with_host_extension(extension);
         if let Some(hash) = args_hash {
@@ -87,15 +103,10 @@ impl Run<'_> {
             opts: ToolCallOptions::with_timeout(timeout),
             detailed_errors: harness.detailed_errors,
         };
-        let span = tracing::info_span!(
-            "execute_tool",
-            otel.name = %format_args!("execute_tool {}", spec.name),
-            gen_ai.operation.name = "execute_tool",
-            gen_ai.tool.name = %spec.name,
-            gen_ai.tool.call.id = %call.id,
-        );
         let onion = Next::new(&harness.wraps, entry.tool().as_ref()).run(&wrap_context, call);
-        let guarded = AssertUnwindSafe(onion).catch_unwind().instrument(span);
+        let guarded = AssertUnwindSafe(onion)
+            .catch_unwind()
+            .instrument(span.clone());
         let bounded = with_deadline(timeout, guarded);
         // One await point whatever the scope: the future then holds the
         // call's execution once. Without nesting the scope's runner refuses.
@@ -124,6 +135,9 @@ impl Run<'_> {
             }
             Some(Ok(result)) => result,
         };
+        let max_bytes = ctx.limits.max_tool_result_bytes;
+        trace::tool_ended(&span, &result, &self.events, max_bytes);
+        drop(span);
         if let Some(runner) = nested {
             let (summary, abandoned) = runner.finish_parent(&call_id);
             runner.report_abandoned(abandoned).await;

@@ -21,15 +21,17 @@ pub(crate) enum NestedToolRunner {
 }
 
 impl NestedToolRunner {
-    /// Runs `name(arguments)` as a nested call of `parent`.
+    /// Runs `name(arguments)` as a nested call of `parent`, whose span is
+    /// `span`.
     pub(crate) async fn call(
         &self,
         parent: &CallId,
         name: &str,
         arguments: Value,
+        span: &tracing::Span,
     ) -> Result<ToolResult, TinyAgentsError> {
         match self {
-            Self::Loop(runner) => runner.call(parent, name, arguments).await,
+            Self::Loop(runner) => runner.call(parent, name, arguments, span).await,
             Self::Disabled => Err(TinyAgentsError::NestedDisabled {
                 tool: name.to_owned(),
             }),

@@ -37,6 +37,9 @@ pub struct ToolExecutionContext {
     runner: Option<NestedToolRunner>,
     call_id: CallId,
     run: Option<Arc<RunShared>>,
+    /// The call's `execute_tool` span: its nested calls' spans open under
+    /// it, wherever the tool makes them.
+    span: tracing::Span,
 }
 
 impl std::fmt::Debug for ToolExecutionContext {
@@ -53,11 +56,13 @@ impl ToolExecutionContext {
         runner: Option<NestedToolRunner>,
         call_id: CallId,
         run: Option<Arc<RunShared>>,
+        span: tracing::Span,
     ) -> Self {
         Self {
             runner,
             call_id,
             run,
+            span,
         }
     }
 
@@ -77,7 +82,12 @@ impl ToolExecutionContext {
             .try_with(|scope| (scope.call_id == *context.call_id()).then(|| scope.runner.clone()))
             .ok()
             .flatten();
-        Self::new(runner, context.call_id().clone(), None)
+        Self::new(
+            runner,
+            context.call_id().clone(),
+            None,
+            tracing::Span::current(),
+        )
     }
 
     /// The call this context belongs to (the parent of its nested calls).
@@ -133,7 +143,11 @@ impl ToolExecutionContext {
         arguments: Value,
     ) -> Result<ToolResult, TinyAgentsError> {
         match &self.runner {
-            Some(runner) => runner.call(&self.call_id, name, arguments).await,
+            Some(runner) => {
+                runner
+                    .call(&self.call_id, name, arguments, &self.span)
+                    .await
+            }
             None => Err(TinyAgentsError::tool_failed(
                 name,
                 format!(

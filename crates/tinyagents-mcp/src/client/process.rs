@@ -29,6 +29,7 @@ impl ChildServer {
             args,
             env,
             cwd,
+            stderr,
         } = &server.transport
         else {
             return Err(McpError::Config(format!(
@@ -42,22 +43,31 @@ impl ChildServer {
                 server.name
             )));
         }
+        let spawn_failed = |source| McpError::Spawn {
+            server: server.name.clone(),
+            command: program.to_string_lossy().into_owned(),
+            source,
+        };
+        let stderr = match stderr {
+            None => Stdio::inherit(),
+            Some(path) => std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .map(Stdio::from)
+                .map_err(spawn_failed)?,
+        };
         let mut command = Command::new(program);
         command
             .args(args)
             .envs(env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            .stderr(stderr)
             .kill_on_drop(true);
         if let Some(dir) = cwd {
             command.current_dir(dir);
         }
-        let spawn_failed = |source| McpError::Spawn {
-            server: server.name.clone(),
-            command: program.to_string_lossy().into_owned(),
-            source,
-        };
         let mut child = command.spawn().map_err(spawn_failed)?;
         let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
             return Err(spawn_failed(std::io::Error::other(

@@ -31,6 +31,8 @@ pub(crate) enum Transport {
         args: Vec<OsString>,
         env: Vec<(OsString, OsString)>,
         cwd: Option<PathBuf>,
+        /// A file its stderr is appended to (inherited when `None`).
+        stderr: Option<PathBuf>,
     },
     /// A Streamable HTTP endpoint.
     Http { url: String },
@@ -91,7 +93,7 @@ impl RemoteServer {
     }
 
     /// A server the client starts as `program`, speaking MCP on its stdin
-    /// and stdout. Its stderr is inherited. It is stopped (and reaped) when
+    /// and stdout. Its stderr is inherited (or goes to a file: [`stderr_to`](Self::stderr_to)). It is stopped (and reaped) when
     /// the client closes or is dropped.
     pub fn stdio(name: impl Into<String>, program: impl Into<OsString>) -> Self {
         Self::new(
@@ -101,6 +103,7 @@ impl RemoteServer {
                 args: Vec::new(),
                 env: Vec::new(),
                 cwd: None,
+                stderr: None,
             },
         )
     }
@@ -149,6 +152,17 @@ impl RemoteServer {
     pub fn current_dir(mut self, dir: impl Into<PathBuf>) -> Self {
         if let Transport::Stdio { cwd, .. } = &mut self.transport {
             *cwd = Some(dir.into());
+        }
+        self
+    }
+
+    /// Appends a stdio server's stderr to the file `path` (created when
+    /// missing) instead of this process's stderr: for hosts that draw on
+    /// the terminal, where a server's log lines would break the picture.
+    #[must_use]
+    pub fn stderr_to(mut self, path: impl Into<PathBuf>) -> Self {
+        if let Transport::Stdio { stderr, .. } = &mut self.transport {
+            *stderr = Some(path.into());
         }
         self
     }

@@ -31,6 +31,11 @@ impl ChatModel for RelayModel {
         RELAY_MODEL_NAME
     }
 
+    /// No provider: the MCP client in the model's seat.
+    fn provider(&self) -> &str {
+        "tinyagents.mcp_relay"
+    }
+
     async fn chat(&self, request: ChatRequest<'_>) -> Result<ChatResponse, ModelError> {
         match request.messages.last() {
             Some(Message::User { content }) => {

@@ -182,6 +182,10 @@ impl ChatModel for AnthropicModel {
         &self.model
     }
 
+    fn provider(&self) -> &str {
+        "anthropic"
+    }
+
     async fn chat(&self, request: ChatRequest<'_>) -> Result<ChatResponse, ModelError> {
         let stream = request.deltas.is_some();
         let output = request

@@ -222,6 +222,11 @@ impl ChatModel for OpenAiModel {
         &self.model
     }
 
+    /// OpenAI-compatible servers all speak OpenAI's API: `openai`.
+    fn provider(&self) -> &str {
+        "openai"
+    }
+
     async fn chat(&self, request: ChatRequest<'_>) -> Result<ChatResponse, ModelError> {
         let stream =
             request.deltas.is_some() && (self.stream_with_tools || request.tools.is_empty());

@@ -195,6 +195,21 @@ impl Agent {
             .await
     }
 
+    /// [`recover`](Self::recover) as a handle, streaming the recovered
+    /// run's events (`options.cancel` cancels it).
+    pub fn start_recover<'a>(
+        &'a self,
+        run_id: &'a RunId,
+        mut options: ResumeOptions,
+    ) -> RunHandle<'a, RunError> {
+        let cancel = cancellation(&mut options.cancel);
+        RunHandle::driven(
+            self.harness().event_buffer(),
+            cancel,
+            move |sink| async move { self.active.recover(run_id, options, &sink).await },
+        )
+    }
+
     /// What a person may read of the session `scope`.
     pub async fn transcript(&self, scope: &SessionScope) -> Result<Vec<ChatTurn>, RunError> {
         self.active.transcript(scope).await

@@ -36,8 +36,9 @@ pub const SESSION_FORMAT: u32 = 1;
 
 /// The run property that names the session a run belongs to. The
 /// orchestrator sets it; an agent tool reads it as the parent session and
-/// replaces it with the child's in the child run.
-pub const SESSION_PROPERTY: &str = "tinyagents.session";
+/// replaces it with the child's in the child run. Defined by the harness,
+/// which reads it as the spans' `gen_ai.conversation.id`.
+pub use tinyagents_harness::SESSION_PROPERTY;
 
 /// The run property that marks an incognito session (kept in memory only).
 pub const INCOGNITO_PROPERTY: &str = "tinyagents.incognito";

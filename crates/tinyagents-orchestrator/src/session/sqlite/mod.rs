@@ -16,6 +16,7 @@ use parking_lot::Mutex;
 use rusqlite::{Connection, ErrorCode, TransactionBehavior};
 
 use super::SessionError;
+use tinyagents_core::SessionId;
 
 mod store;
 #[cfg(test)]
@@ -162,6 +163,25 @@ impl SqliteSessionStore {
     /// The file.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// The ids of the stored sessions that are not a child session, the
+    /// most recently written first (for hosts that list sessions; the
+    /// [`SessionStore`](super::SessionStore) trait has no listing).
+    pub async fn top_level_sessions(&self) -> Result<Vec<SessionId>, SessionError> {
+        self.with_conn(|conn, path| {
+            let mut statement = conn
+                .prepare(
+                    "SELECT id FROM sessions WHERE parent_id IS NULL ORDER BY updated_at DESC, id",
+                )
+                .map_err(|error| classify(path, &error))?;
+            let ids = statement
+                .query_map([], |row| row.get::<_, String>(0))
+                .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())
+                .map_err(|error| classify(path, &error))?;
+            Ok(ids.into_iter().map(SessionId::from).collect())
+        })
+        .await
     }
 
     async fn with_conn<T: Send + 'static>(

@@ -1,0 +1,383 @@
+//! Builds the agents an agents file declares: connects the MCP servers
+//! they use, makes each agent (sub-agents first, exposed as tools of the
+//! agents that call them) with its model, tools, policies and limits, over
+//! the one ledger and session store of the file's store. A stdio
+//! server's stderr goes to `mcp-NAME.log` in the store directory, so its
+//! log lines never break the live tree.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use tinyagents::core::{ChatModel, PayloadCapture};
+use tinyagents::ledger::SqliteLedger;
+use tinyagents::mcp::{McpClient, RemoteServer};
+use tinyagents::middleware::{PlanModeMiddleware, ToolAllowlistMiddleware, ToolPolicyMiddleware};
+use tinyagents::orchestrator::{Agent, AgentBuilder, SqliteSessionStore};
+use tinyagents::tools::{SideEffects, Tool};
+use toml::Spanned;
+
+use crate::file::{AgentSection, LimitsSection, Loaded, McpSection, check};
+use crate::script::scripted_model;
+use crate::store::StorePaths;
+
+/// The built agents of a file, and what they run on.
+pub(crate) struct Team {
+    /// The agent `run` runs.
+    pub(crate) main: Agent,
+    /// The ledger every agent records in.
+    pub(crate) ledger: Arc<SqliteLedger>,
+    /// The connected MCP servers, closed by [`Team::close`].
+    clients: Vec<McpClient>,
+}
+
+impl Team {
+    /// Stops the MCP servers this team started and makes the ledger's
+    /// last rows durable (settled rows ride on a later commit: exiting
+    /// without this would leave calls that settled looking in doubt).
+    pub(crate) async fn close(self) -> anyhow::Result<()> {
+        for client in self.clients {
+            client.close().await;
+        }
+        self.ledger
+            .shutdown()
+            .await
+            .context("making the ledger's last rows durable")
+    }
+
+    /// [`close`](Self::close), then `code`, or [`exit::FAILED`] when the
+    /// ledger could not be made durable.
+    pub(crate) async fn close_with(self, code: u8) -> u8 {
+        match self.close().await {
+            Ok(()) => code,
+            Err(error) => {
+                eprintln!("error: {error:#}");
+                crate::exit::FAILED
+            }
+        }
+    }
+}
+
+/// Builds the agents of `loaded`: the main one and those it calls.
+pub(crate) async fn build(loaded: &Loaded, paths: &StorePaths) -> anyhow::Result<Team> {
+    let ledger = Arc::new(
+        SqliteLedger::open(&paths.ledger)
+            .await
+            .with_context(|| format!("opening the ledger {}", paths.ledger.display()))?,
+    );
+    let sessions = Arc::new(
+        SqliteSessionStore::open(&paths.sessions)
+            .await
+            .with_context(|| format!("opening the session store {}", paths.sessions.display()))?,
+    );
+    let mut clients = Vec::new();
+    let mut tools: BTreeMap<String, Arc<dyn Tool>> = BTreeMap::new();
+    for name in servers_used(loaded) {
+        let section = &loaded.file.mcp[&name];
+        let log = paths.dir.join(format!("mcp-{name}.log"));
+        let client = McpClient::connect(remote(&loaded.dir, &name, section).stderr_to(log))
+            .await
+            .with_context(|| format!("connecting MCP server '{name}' ([mcp.{name}])"))?;
+        for tool in client.tools() {
+            tools.insert(tool.spec().name.clone(), tool);
+        }
+        clients.push(client);
+    }
+    let mut context = Context {
+        loaded,
+        ledger: Arc::clone(&ledger),
+        sessions,
+        tools,
+        built: BTreeMap::new(),
+    };
+    let main = match context.agent(&loaded.main) {
+        Ok(main) => main,
+        Err(error) => {
+            for client in clients {
+                client.close().await;
+            }
+            return Err(error);
+        }
+    };
+    Ok(Team {
+        main,
+        ledger,
+        clients,
+    })
+}
+
+/// The MCP servers the main agent's tree uses, in name order.
+fn servers_used(loaded: &Loaded) -> Vec<String> {
+    let mut used = std::collections::BTreeSet::new();
+    let mut todo = vec![loaded.main.clone()];
+    let mut seen = std::collections::BTreeSet::new();
+    while let Some(id) = todo.pop() {
+        if !seen.insert(id.clone()) {
+            continue;
+        }
+        let Some(agent) = loaded.file.agents.get(&id) else {
+            continue;
+        };
+        let agent = agent.get_ref();
+        used.extend(agent.servers.iter().map(|s| s.get_ref().clone()));
+        // A tool named `{prefix}_{tool}` may come from any server: connect
+        // each server whose prefix could have made it.
+        for tool in &agent.tools {
+            for (name, server) in &loaded.file.mcp {
+                let prefix = server.prefix.clone().unwrap_or_else(|| name.clone());
+                if prefix.is_empty() || tool.get_ref().starts_with(&format!("{prefix}_")) {
+                    used.insert(name.clone());
+                }
+            }
+        }
+        todo.extend(agent.agents.iter().map(|a| a.get_ref().clone()));
+    }
+    used.into_iter().collect()
+}
+
+fn remote(dir: &Path, name: &str, section: &McpSection) -> RemoteServer {
+    let mut server = match (&section.command, &section.url) {
+        (Some(command), _) => {
+            let cwd = section
+                .cwd
+                .as_ref()
+                .map_or_else(|| dir.to_owned(), |cwd| dir.join(cwd));
+            let mut server = RemoteServer::stdio(name, command.get_ref())
+                .args(&section.args)
+                .current_dir(cwd);
+            for (key, value) in &section.env {
+                server = server.env(key, value);
+            }
+            server
+        }
+        // Invariant: `check` refused a server with neither.
+        (None, url) => RemoteServer::http(name, url.as_ref().map_or("", |u| u.get_ref())),
+    };
+    if let Some(prefix) = &section.prefix {
+        server = server.prefix((!prefix.is_empty()).then_some(prefix.as_str()));
+    }
+    if section.ignore_annotations {
+        server = server.ignore_annotations();
+    }
+    if let Some(secs) = section.connect_timeout_secs {
+        server = server.connect_timeout(Duration::from_secs(secs));
+    }
+    if let Some(secs) = section.request_timeout_secs {
+        server = server.request_timeout(Duration::from_secs(secs));
+    }
+    server
+}
+
+struct Context<'l> {
+    loaded: &'l Loaded,
+    ledger: Arc<SqliteLedger>,
+    sessions: Arc<SqliteSessionStore>,
+    tools: BTreeMap<String, Arc<dyn Tool>>,
+    built: BTreeMap<String, Agent>,
+}
+
+impl Context<'_> {
+    /// Builds agent `id` and, first, the agents it calls.
+    fn agent(&mut self, id: &str) -> anyhow::Result<Agent> {
+        let loaded = self.loaded;
+        let source = &loaded.source;
+        let section = loaded.file.agents[id].get_ref();
+        let key = format!("agents.{id}");
+        let mut builder = Agent::builder(id)
+            .model(self.model(id, section)?)
+            .ledger(self.ledger.clone())
+            .sessions(self.sessions.clone())
+            .payload_capture(PayloadCapture {
+                model_io: loaded.file.capture.model_io,
+                tool_io: loaded.file.capture.tool_io,
+            });
+        if let Some(text) = &section.instructions {
+            builder = builder.instructions(text.clone());
+        }
+        let mut names: Vec<String> = Vec::new();
+        for server in &section.servers {
+            let prefix = server_prefix(loaded, server.get_ref());
+            for (name, tool) in &self.tools {
+                if owned_by(name, prefix.as_deref()) && !names.contains(name) {
+                    names.push(name.clone());
+                    builder = builder.tools([Arc::clone(tool)]);
+                }
+            }
+        }
+        for tool in &section.tools {
+            let Some(found) = self.tools.get(tool.get_ref()) else {
+                return Err(check::unknown(
+                    source,
+                    tool,
+                    &format!("{key}.tools"),
+                    "tool",
+                    self.tools.keys(),
+                )
+                .into());
+            };
+            if !names.contains(tool.get_ref()) {
+                names.push(tool.get_ref().clone());
+                builder = builder.tools([Arc::clone(found)]);
+            }
+        }
+        for callee in &section.agents {
+            let sub = self.built_agent(callee.get_ref())?;
+            let description = loaded.file.agents[callee.get_ref()]
+                .get_ref()
+                .description
+                .clone()
+                .unwrap_or_else(|| format!("Asks the agent '{}'.", callee.get_ref()));
+            names.push(callee.get_ref().clone());
+            builder = builder.tool(sub.as_tool(callee.get_ref(), description));
+        }
+        builder = policies(loaded, &key, section, &names, builder)?;
+        builder = limits(&section.limits, builder);
+        let agent = builder
+            .build()
+            .with_context(|| format!("building agent '{id}' ([{key}])"))?;
+        Ok(agent)
+    }
+
+    fn built_agent(&mut self, id: &str) -> anyhow::Result<&Agent> {
+        if !self.built.contains_key(id) {
+            let agent = self.agent(id)?;
+            self.built.insert(id.to_owned(), agent);
+        }
+        // Invariant: inserted just above when it was missing.
+        self.built
+            .get(id)
+            .ok_or_else(|| anyhow::anyhow!("agent '{id}' was not built"))
+    }
+
+    fn model(&self, id: &str, section: &AgentSection) -> anyhow::Result<Arc<dyn ChatModel>> {
+        let spec = section.model.get_ref().trim();
+        if let Some(script) = &section.script {
+            let name = spec.strip_prefix("scripted:").unwrap_or("scripted");
+            return Ok(Arc::new(scripted_model(name, script.get_ref())));
+        }
+        let model = if spec == "env" {
+            tinyagents::models::from_env().ok_or_else(|| {
+                anyhow::anyhow!(
+                    "agents.{id}.model is \"env\" and {} is not set",
+                    tinyagents::models::MODEL_ENV_VAR
+                )
+            })?
+        } else {
+            tinyagents::models::from_spec(spec)
+        };
+        model.with_context(|| format!("making the model of agent '{id}' (agents.{id}.model)"))
+    }
+}
+
+fn server_prefix(loaded: &Loaded, server: &str) -> Option<String> {
+    let section = loaded.file.mcp.get(server)?;
+    let prefix = section.prefix.clone().unwrap_or_else(|| server.to_owned());
+    (!prefix.is_empty()).then_some(prefix)
+}
+
+/// Whether tool `name` is one of a server with `prefix` (any, unprefixed).
+fn owned_by(name: &str, prefix: Option<&str>) -> bool {
+    prefix.is_none_or(|p| {
+        name.strip_prefix(p)
+            .is_some_and(|rest| rest.starts_with('_'))
+    })
+}
+
+fn policies(
+    loaded: &Loaded,
+    key: &str,
+    section: &AgentSection,
+    names: &[String],
+    mut builder: AgentBuilder,
+) -> anyhow::Result<AgentBuilder> {
+    let policy = &section.policy;
+    let named = |list: &[Spanned<String>], what: &str| -> anyhow::Result<()> {
+        for name in list {
+            if !names.contains(name.get_ref()) {
+                return Err(check::unknown(
+                    &loaded.source,
+                    name,
+                    &format!("{key}.policy.{what}"),
+                    "tool of this agent",
+                    names,
+                )
+                .into());
+            }
+        }
+        Ok(())
+    };
+    if let Some(allow) = &policy.allow {
+        named(allow, "allow")?;
+        builder = builder.middleware(Arc::new(ToolAllowlistMiddleware::new(
+            allow.iter().map(|n| n.get_ref().clone()),
+        )));
+    }
+    named(&policy.deny, "deny")?;
+    named(&policy.require_approval, "require_approval")?;
+    named(&policy.auto_approve, "auto_approve")?;
+    for name in &policy.deny {
+        builder = builder.deny(name.get_ref());
+    }
+    for name in &policy.require_approval {
+        builder = builder.require_approval(name.get_ref());
+    }
+    for name in &policy.auto_approve {
+        builder = builder.auto_approve(name.get_ref());
+    }
+    let mask = policy
+        .deny_side_effects
+        .iter()
+        .filter_map(|class| check::side_effect(class.get_ref()))
+        .fold(SideEffects::NONE, |mask, class| mask | class);
+    if !mask.is_empty() {
+        builder = builder.middleware(Arc::new(
+            ToolPolicyMiddleware::new().deny_side_effects(mask),
+        ));
+    }
+    if policy.plan_mode {
+        builder = builder.middleware(Arc::new(PlanModeMiddleware::new(true)));
+    }
+    Ok(builder)
+}
+
+fn limits(limits: &LimitsSection, builder: AgentBuilder) -> AgentBuilder {
+    let LimitsSection {
+        max_model_calls,
+        max_tool_calls,
+        max_tokens,
+        max_parallel_calls,
+        wall_clock_secs,
+        tool_timeout_secs,
+        max_nested_depth,
+        max_depth,
+    } = *limits;
+    builder.map_limits(move |mut l| {
+        if let Some(n) = max_model_calls {
+            l = l.with_max_model_calls(n);
+        }
+        if let Some(n) = max_tool_calls {
+            l = l.with_max_tool_calls(n);
+        }
+        if let Some(n) = max_tokens {
+            l = l.with_max_tokens(n);
+        }
+        if let Some(n) = max_parallel_calls {
+            l = l.with_max_parallel_calls(n);
+        }
+        if let Some(secs) = wall_clock_secs {
+            l = l.with_wall_clock(Some(Duration::from_secs(secs)));
+        }
+        if let Some(secs) = tool_timeout_secs {
+            l = l.with_tool_timeout(Some(Duration::from_secs(secs)));
+        }
+        if let Some(n) = max_nested_depth {
+            l = l.with_max_nested_depth(n);
+        }
+        if let Some(n) = max_depth {
+            l = l.with_max_depth(n);
+        }
+        l
+    })
+}

@@ -1,0 +1,86 @@
+//! The scripted model of an agents file: answer `n` of the script is the
+//! answer to the `n`-th model call of a request, counted from the
+//! transcript (the assistant turns since the last user message), not from
+//! a counter in the process. So a run resumed after an approval, or
+//! recovered after a crash, in another process, goes on where it was.
+
+use tinyagents::core::{ChatRequest, ModelError};
+use tinyagents::prelude::{ChatResponse, Message, ScriptedModel, Usage};
+
+use crate::file::{ScriptStep, ScriptUsage};
+
+/// A scripted model answering from `steps`, named `name`.
+pub(crate) fn scripted_model(name: &str, steps: &[ScriptStep]) -> ScriptedModel {
+    let answers: Vec<ChatResponse> = steps.iter().map(answer).collect();
+    ScriptedModel::from_fn(move |request: &ChatRequest<'_>| {
+        let turn = turn_of(request.messages);
+        answers
+            .get(turn)
+            .cloned()
+            .ok_or(ModelError::ScriptExhausted { call: turn + 1 })
+    })
+    .named(name)
+}
+
+/// How many model calls this request has made: the assistant messages
+/// after the last user message.
+fn turn_of(messages: &[Message]) -> usize {
+    messages
+        .iter()
+        .rev()
+        .take_while(|m| !matches!(m, Message::User { .. }))
+        .filter(|m| matches!(m, Message::Assistant { .. }))
+        .count()
+}
+
+fn answer(step: &ScriptStep) -> ChatResponse {
+    let empty = || serde_json::Value::Object(serde_json::Map::new());
+    let mut response = if let Some(text) = &step.text {
+        ChatResponse::text(text.clone())
+    } else if let Some(tool) = &step.tool {
+        ScriptedModel::tool_call(tool, step.arguments.clone().unwrap_or_else(empty))
+    } else {
+        ScriptedModel::tool_calls(
+            step.calls
+                .iter()
+                .map(|c| (c.tool.as_str(), c.arguments.clone().unwrap_or_else(empty))),
+        )
+    };
+    if let Some(ScriptUsage { input, output }) = step.usage {
+        response.usage = Usage {
+            input_tokens: input,
+            output_tokens: output,
+        };
+    }
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use tinyagents::prelude::{Message, ToolCall};
+
+    use super::turn_of;
+
+    #[test]
+    fn the_turn_is_counted_from_the_transcript_since_the_last_user_message() {
+        let user = |text: &str| Message::User {
+            content: text.to_owned(),
+        };
+        let assistant = || Message::Assistant {
+            content: String::new(),
+            tool_calls: Vec::<ToolCall>::new(),
+            reasoning: None,
+        };
+        assert_eq!(turn_of(&[user("a")]), 0);
+        assert_eq!(turn_of(&[user("a"), assistant()]), 1);
+        // A second request in a session starts the script again.
+        assert_eq!(
+            turn_of(&[user("a"), assistant(), assistant(), user("b")]),
+            0
+        );
+        assert_eq!(
+            turn_of(&[user("a"), assistant(), user("b"), assistant()]),
+            1
+        );
+    }
+}

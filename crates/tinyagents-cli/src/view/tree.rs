@@ -1,0 +1,339 @@
+//! The call tree of a run, built from its events: the run, its model turns,
+//! the calls each turn issued, nested calls under the call that made them,
+//! and a delegated agent's run under the call that started it, with status,
+//! time and tokens. Pure: the live view and the final print both render it.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use tinyagents::prelude::{AgentEvent, RunStatus, Usage};
+
+/// Where a node is in the tree.
+pub(crate) type NodeId = usize;
+
+/// What a node stands for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// A run: the top one, or a delegated agent's.
+    Run {
+        /// Its id.
+        run_id: String,
+        /// Its agent.
+        agent: String,
+    },
+    /// A model call.
+    Turn {
+        /// 1-based.
+        turn: u32,
+    },
+    /// A tool call.
+    Call {
+        /// The harness's id (`p1`, `p1/1`).
+        call_id: String,
+        /// Its tool.
+        tool: String,
+    },
+}
+
+/// How a node stands.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Status {
+    /// Still going.
+    Running,
+    /// Ended well.
+    Done,
+    /// Ended with an error (the text) or the tool's own error result.
+    Failed(String),
+    /// Waits for a person (the reason).
+    Waiting(String),
+    /// Cancelled, or ended by a limit (what).
+    Stopped(String),
+}
+
+/// One line of the tree.
+#[derive(Debug, Clone)]
+pub(crate) struct Node {
+    /// What it is.
+    pub(crate) kind: Kind,
+    /// Its parent.
+    pub(crate) parent: Option<NodeId>,
+    /// Its children, in the order they started.
+    pub(crate) children: Vec<NodeId>,
+    /// How it stands.
+    pub(crate) status: Status,
+    /// When it started (as seen here).
+    pub(crate) started: Instant,
+    /// How long it took, once ended.
+    pub(crate) elapsed: Option<Duration>,
+    /// Tokens (a turn's, or a run's total).
+    pub(crate) usage: Usage,
+    /// The last progress report: fraction and message.
+    pub(crate) progress: Option<(Option<f32>, String)>,
+    /// Streamed text of a running turn (its tail).
+    pub(crate) text: String,
+}
+
+/// How much streamed text a running turn keeps.
+const TEXT_TAIL: usize = 120;
+
+/// The tree.
+#[derive(Debug, Default)]
+pub(crate) struct Tree {
+    nodes: Vec<Node>,
+    index: HashMap<(Vec<String>, String), NodeId>,
+    turns: HashMap<Vec<String>, NodeId>,
+    /// Warnings, in order.
+    pub(crate) warnings: Vec<String>,
+}
+
+impl Tree {
+    /// An empty tree.
+    pub(crate) fn new() -> Self {
+        Self::default()
+    }
+
+    /// The nodes (index = [`NodeId`]).
+    pub(crate) fn nodes(&self) -> &[Node] {
+        &self.nodes
+    }
+
+    /// Takes in one event of the top run.
+    pub(crate) fn apply(&mut self, event: &AgentEvent, now: Instant) {
+        self.apply_in(&[], event, now);
+    }
+
+    fn apply_in(&mut self, scope: &[String], event: &AgentEvent, now: Instant) {
+        match event {
+            AgentEvent::Delegated {
+                parent_call_id,
+                event,
+                ..
+            } => {
+                let mut inner = scope.to_vec();
+                inner.push(parent_call_id.to_string());
+                self.apply_in(&inner, event, now);
+            }
+            AgentEvent::RunStarted { run_id, agent_id } => {
+                let parent = scope.split_last().and_then(|(call, outer)| {
+                    self.index
+                        .get(&(outer.to_vec(), format!("call:{call}")))
+                        .copied()
+                });
+                let kind = Kind::Run {
+                    run_id: run_id.to_string(),
+                    agent: agent_id.as_ref().map_or("agent", |a| a.as_str()).to_owned(),
+                };
+                self.add(scope, "run".to_owned(), kind, parent, now);
+            }
+            AgentEvent::ModelStarted { turn } => {
+                let parent = self.run_of(scope);
+                let id = self.add(
+                    scope,
+                    format!("turn:{turn}"),
+                    Kind::Turn { turn: *turn },
+                    parent,
+                    now,
+                );
+                self.turns.insert(scope.to_vec(), id);
+            }
+            AgentEvent::ModelDelta { turn, delta } => {
+                if let tinyagents::core::ModelDelta::Text { text } = delta
+                    && let Some(id) = self.find(scope, &format!("turn:{turn}"))
+                {
+                    let tail = &mut self.nodes[id].text;
+                    tail.push_str(text);
+                    if tail.chars().count() > TEXT_TAIL {
+                        let cut = tail.chars().count() - TEXT_TAIL;
+                        *tail = tail.chars().skip(cut).collect();
+                    }
+                }
+            }
+            AgentEvent::ModelCompleted {
+                turn,
+                usage,
+                duration_ms,
+                ..
+            } => {
+                if let Some(id) = self.find(scope, &format!("turn:{turn}")) {
+                    let node = &mut self.nodes[id];
+                    node.status = Status::Done;
+                    node.usage = *usage;
+                    node.elapsed = Some(Duration::from_millis(*duration_ms));
+                    node.text.clear();
+                }
+                if let Some(run) = self.run_of(scope) {
+                    self.nodes[run].usage += *usage;
+                }
+            }
+            AgentEvent::ToolStarted {
+                call_id,
+                parent_call_id,
+                name,
+                ..
+            } => {
+                let parent = match parent_call_id {
+                    Some(parent) => self.find(scope, &format!("call:{parent}")),
+                    None => self
+                        .turns
+                        .get(scope)
+                        .copied()
+                        .or_else(|| self.run_of(scope)),
+                };
+                let kind = Kind::Call {
+                    call_id: call_id.to_string(),
+                    tool: name.clone(),
+                };
+                self.add(scope, format!("call:{call_id}"), kind, parent, now);
+            }
+            AgentEvent::ToolProgress {
+                call_id,
+                fraction,
+                message,
+            } => {
+                if let Some(id) = self.find(scope, &format!("call:{call_id}")) {
+                    self.nodes[id].progress = Some((*fraction, message.clone()));
+                }
+            }
+            AgentEvent::ToolCompleted {
+                call_id,
+                duration_ms,
+                is_error,
+                ..
+            } => {
+                let status = if *is_error {
+                    Status::Failed("the tool reported an error".to_owned())
+                } else {
+                    Status::Done
+                };
+                self.end_call(scope, &call_id.to_string(), status, *duration_ms);
+            }
+            AgentEvent::ToolFailed {
+                call_id,
+                duration_ms,
+                error,
+                ..
+            } => {
+                self.end_call(
+                    scope,
+                    &call_id.to_string(),
+                    Status::Failed(error.clone()),
+                    *duration_ms,
+                );
+            }
+            AgentEvent::ApprovalRequested {
+                call_id,
+                tool,
+                reason,
+            } => {
+                let key = format!("call:{call_id}");
+                let id = match self.find(scope, &key) {
+                    Some(id) => id,
+                    None => {
+                        let parent = self
+                            .turns
+                            .get(scope)
+                            .copied()
+                            .or_else(|| self.run_of(scope));
+                        let kind = Kind::Call {
+                            call_id: call_id.to_string(),
+                            tool: tool.clone(),
+                        };
+                        self.add(scope, key, kind, parent, now)
+                    }
+                };
+                self.nodes[id].status = Status::Waiting(reason.clone());
+            }
+            AgentEvent::Warning { message } => self.warnings.push(message.clone()),
+            AgentEvent::RunFailed { error } => {
+                if let Some(run) = self.run_of(scope) {
+                    self.end(run, Status::Failed(error.clone()), now);
+                }
+            }
+            AgentEvent::RunCompleted { status, usage } => {
+                if let Some(run) = self.run_of(scope) {
+                    self.nodes[run].usage = *usage;
+                    self.end(run, run_status(*status), now);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn add(
+        &mut self,
+        scope: &[String],
+        key: String,
+        kind: Kind,
+        parent: Option<NodeId>,
+        now: Instant,
+    ) -> NodeId {
+        let id = self.nodes.len();
+        self.nodes.push(Node {
+            kind,
+            parent,
+            children: Vec::new(),
+            status: Status::Running,
+            started: now,
+            elapsed: None,
+            usage: Usage::default(),
+            progress: None,
+            text: String::new(),
+        });
+        if let Some(parent) = parent {
+            self.nodes[parent].children.push(id);
+        }
+        self.index.insert((scope.to_vec(), key), id);
+        id
+    }
+
+    fn find(&self, scope: &[String], key: &str) -> Option<NodeId> {
+        self.index.get(&(scope.to_vec(), key.to_owned())).copied()
+    }
+
+    fn run_of(&self, scope: &[String]) -> Option<NodeId> {
+        self.find(scope, "run")
+    }
+
+    fn end_call(&mut self, scope: &[String], call_id: &str, status: Status, duration_ms: u64) {
+        if let Some(id) = self.find(scope, &format!("call:{call_id}")) {
+            let node = &mut self.nodes[id];
+            node.status = status;
+            node.elapsed = Some(Duration::from_millis(duration_ms));
+        }
+    }
+
+    fn end(&mut self, id: NodeId, status: Status, now: Instant) {
+        let node = &mut self.nodes[id];
+        node.status = status;
+        node.elapsed = Some(now.saturating_duration_since(node.started));
+    }
+
+    /// The nodes in display order with their depth.
+    pub(crate) fn walk(&self) -> Vec<(NodeId, usize)> {
+        let mut out = Vec::with_capacity(self.nodes.len());
+        let mut stack: Vec<(NodeId, usize)> = self
+            .nodes
+            .iter()
+            .enumerate()
+            .filter(|(_, n)| n.parent.is_none())
+            .map(|(id, _)| (id, 0))
+            .rev()
+            .collect();
+        while let Some((id, depth)) = stack.pop() {
+            out.push((id, depth));
+            for child in self.nodes[id].children.iter().rev() {
+                stack.push((*child, depth + 1));
+            }
+        }
+        out
+    }
+}
+
+fn run_status(status: RunStatus) -> Status {
+    match status {
+        RunStatus::Completed | RunStatus::Terminated => Status::Done,
+        RunStatus::AwaitingApproval => Status::Waiting("awaiting approval".to_owned()),
+        RunStatus::Cancelled => Status::Stopped("cancelled".to_owned()),
+        RunStatus::LimitReached(kind) => Status::Stopped(format!("limit reached: {kind:?}")),
+    }
+}
