@@ -66,3 +66,38 @@ fn ctrl_c_cancels_the_run_with_one_terminal_event_per_started_call() {
         "{shown}"
     );
 }
+
+/// Issue 16: a second Ctrl-C exits at once, whatever the process still
+/// waits for. Here the run is over and the process flushes its spans to an
+/// OTLP endpoint that accepts the connection and never answers (the
+/// export would wait out its 10 s timeout and exit 0): the second SIGINT
+/// ends it with 130.
+#[test]
+fn a_second_ctrl_c_exits_at_once() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    // Accept and hold every connection, answering nothing.
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for stream in listener.incoming() {
+            held.push(stream);
+        }
+    });
+    let scratch = Scratch::new();
+    let file = scratch.file(
+        "silent.toml",
+        &format!(
+            "[telemetry]\notlp_endpoint = \"http://127.0.0.1:{port}/v1/traces\"\n\
+             [agents.a]\nmodel = \"scripted\"\nscript = [{{ text = \"hi\" }}]\n"
+        ),
+    );
+    let mut running = Running::start(&scratch, &["--json", "run", file.to_str().unwrap(), "go"]);
+    // The run has ended; the process is flushing its spans.
+    running.wait_for(|e| e["type"] == "result");
+    running.signal("INT");
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    running.signal("INT");
+    let (code, lines) = running.finish();
+    assert_eq!(code, 130);
+    assert_eq!(result_of(&lines)["status"], "completed");
+}
