@@ -89,6 +89,7 @@ fn fit(lines: Vec<String>, height: usize) -> Vec<String> {
     }
     let keep = room - 2;
     let hidden = lines.len() - 1 - keep;
+    // Invariant: `lines` has more than `room` (at least 3) lines here.
     let mut out = Vec::with_capacity(room);
     out.push(lines[0].clone());
     out.push(format!("  … {hidden} more lines"));
