@@ -284,3 +284,32 @@ async fn i10_6_delegated_agents_settled_rows_are_redacted_at_every_origin() {
         assert_rows_scrubbed(&ledger, &child, returned, raised).await;
     }
 }
+
+/// Item 1, with capture on: the model's answer captured on
+/// `ModelCompleted` is scrubbed like every captured payload (an answer
+/// may quote a secret a tool returned), while the run's own answer, for
+/// the host, is the model's text as it was.
+#[tokio::test]
+async fn i10_1_a_captured_model_answer_reaches_events_redacted() {
+    let answer = format!("the key is {SECRET}");
+    let harness = AgentHarness::builder(Arc::new(ScriptedModel::new([ChatResponse::text(
+        answer.clone(),
+    )])))
+    .middleware(redaction())
+    .payload_capture(PayloadCapture::all())
+    .build()
+    .unwrap();
+    let (result, events) =
+        tinyagents_tests::run_collecting(&harness, RunRequest::new("what is the key?")).await;
+    assert_eq!(result.unwrap().final_text, answer);
+    let content = events
+        .iter()
+        .find_map(|e| match e {
+            AgentEvent::ModelCompleted { content, .. } => content.clone(),
+            _ => None,
+        })
+        .expect("captured content");
+    assert!(!content.contains(SECRET), "{content}");
+    assert!(content.starts_with("the key is "), "{content}");
+    assert!(!events_text(&events).contains(SECRET));
+}

@@ -364,7 +364,9 @@ impl Run<'_> {
                 usage: response.usage,
                 duration_ms: millis(started),
                 tool_calls: u32::try_from(response.tool_calls.len()).unwrap_or(u32::MAX),
-                content: capture.then(|| response.content.clone()),
+                // The answer may quote what a tool returned: scrubbed like
+                // every captured payload.
+                content: capture.then(|| redaction.text(response.content.clone())),
             })
             .await;
         Ok(ModelOutcome::Response(response))
