@@ -6,11 +6,11 @@
 //! build the same agents and go on.
 
 use std::path::{Path, PathBuf};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::Context as _;
 use rusqlite::{Connection, OptionalExtension, params};
 use tinyagents::harness::{ApprovalDecision, SuspendedRun};
+use tinyagents::ledger::Timestamp;
 use tinyagents::prelude::Usage;
 
 use crate::file::Loaded;
@@ -393,14 +393,13 @@ fn to_u64(n: i64) -> u64 {
     u64::try_from(n).unwrap_or(0)
 }
 
-/// Milliseconds since the epoch.
-pub(crate) fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-}
-
 /// Whether process `pid` is alive (Linux: its `/proc` entry).
 pub(crate) fn process_alive(pid: u32) -> bool {
     pid != 0 && Path::new(&format!("/proc/{pid}")).exists()
+}
+
+/// Milliseconds since the epoch, by the clock the ledger stamps its rows
+/// with.
+fn now_ms() -> u64 {
+    Timestamp::now().as_millis()
 }

@@ -68,13 +68,11 @@ impl Watch {
         }
     }
 
-    /// Redraws (spinners, elapsed time) on a terminal.
+    /// Redraws (spinners, elapsed time) on a terminal (a live view
+    /// exists only in [`Mode::Live`], once the first event drew it).
     pub(crate) fn tick(&mut self) {
-        if self.mode == Mode::Live && self.live.is_some() {
-            let tree = &self.tree;
-            if let Some(live) = self.live.as_mut() {
-                live.draw(tree);
-            }
+        if let Some(live) = self.live.as_mut() {
+            live.draw(&self.tree);
         }
     }
 

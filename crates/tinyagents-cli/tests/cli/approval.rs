@@ -207,3 +207,64 @@ fn a_session_run_that_waits_is_kept_in_its_session_once_resumed() {
     );
     assert!(shown.contains("· agent specialist"), "{shown}");
 }
+
+/// Rewrites the stored suspended state of `run` with `edit`.
+fn edit_suspended(scratch: &Scratch, run: &str, edit: impl Fn(&str) -> String) {
+    let db = rusqlite::Connection::open(scratch.store().join("runs.db")).unwrap();
+    let text: String = db
+        .query_row("SELECT suspended FROM runs WHERE run_id = ?1", [run], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    let edited = edit(&text);
+    assert_ne!(edited, text, "the edit changed nothing");
+    db.execute(
+        "UPDATE runs SET suspended = ?2 WHERE run_id = ?1",
+        [run, edited.as_str()],
+    )
+    .unwrap();
+}
+
+/// Issue 16, after a resume of a stored state someone edited: an approval
+/// was given for the arguments the person saw; a stored state whose
+/// waiting call's arguments were changed afterwards does not run the call
+/// (the decision is bound to the arguments' hash), and junk in place of the
+/// state is an error naming it. Nothing runs, nothing panics.
+#[test]
+fn an_edited_or_unreadable_stored_state_runs_nothing() {
+    let scratch = Scratch::new();
+    let run = suspended(&scratch);
+    assert_eq!(code(&scratch.run(&["approve", &run])), 0);
+    edit_suspended(&scratch, &run, |text| {
+        text.replace("\"duration\":3", "\"duration\":1")
+    });
+    let resumed = scratch.run(&["--json", "resume", &run]);
+    assert_eq!(code(&resumed), 1, "{}", stdout(&resumed));
+    let result = result_of(&json_lines(&resumed)).clone();
+    let error = result["error"].as_str().unwrap();
+    assert!(
+        error.contains("cannot be resumed") && error.contains("nothing was run"),
+        "{error}"
+    );
+    assert!(
+        !stdout(&resumed).contains("tool_progress"),
+        "the edited call ran: {}",
+        stdout(&resumed)
+    );
+    let shown = stdout(&scratch.run(&["show", &run]));
+    assert!(
+        !shown.contains("p3 everything_trigger-long-running-operation · completed"),
+        "{shown}"
+    );
+
+    let scratch = Scratch::new();
+    let run = suspended(&scratch);
+    edit_suspended(&scratch, &run, |_| "{not json".to_owned());
+    let resumed = scratch.run(&["resume", &run]);
+    assert_eq!(code(&resumed), 1);
+    assert!(
+        stderr(&resumed).contains(&format!("the suspended state of run '{run}' is unreadable")),
+        "{}",
+        stderr(&resumed)
+    );
+}

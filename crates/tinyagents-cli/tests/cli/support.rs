@@ -69,14 +69,23 @@ impl Scratch {
         path
     }
 
-    /// The binary, in this test's store, with no model in the environment.
-    pub(crate) fn cmd(&self) -> Command {
-        let mut cmd = assert_cmd::cargo::cargo_bin_cmd!("tinyagents");
-        cmd.current_dir(self.dir.path())
+    /// The binary, in this test's store, with neither a model nor an OTLP
+    /// endpoint from the environment.
+    pub(crate) fn std_command(&self) -> std::process::Command {
+        let mut command = std::process::Command::new(BIN);
+        command
+            .current_dir(self.dir.path())
             .env("TINYAGENTS_STORE", self.store())
             .env_remove("TINYAGENTS_MODEL")
             .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
-            .timeout(std::time::Duration::from_secs(120));
+            .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT");
+        command
+    }
+
+    /// [`std_command`](Self::std_command) for `assert_cmd`, bounded.
+    pub(crate) fn cmd(&self) -> Command {
+        let mut cmd = Command::from_std(self.std_command());
+        cmd.timeout(std::time::Duration::from_secs(120));
         cmd
     }
 
@@ -164,11 +173,9 @@ pub(crate) struct Running {
 impl Running {
     /// Starts the binary with `args` in `scratch`'s store.
     pub(crate) fn start(scratch: &Scratch, args: &[&str]) -> Self {
-        let mut child = std::process::Command::new(BIN)
+        let mut child = scratch
+            .std_command()
             .args(args)
-            .current_dir(scratch.path())
-            .env("TINYAGENTS_STORE", scratch.store())
-            .env_remove("TINYAGENTS_MODEL")
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::inherit())
             .stdin(std::process::Stdio::null())

@@ -30,6 +30,8 @@ impl Tmux {
                 scratch.store().display()
             ))
             .env_remove("TINYAGENTS_MODEL")
+            .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+            .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
             .status()
             .expect("tmux runs (`cargo xtask peers` installs it)");
         assert!(status.success());
