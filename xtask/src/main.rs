@@ -140,6 +140,60 @@ fn root() -> PathBuf {
     manifest.parent().unwrap_or(manifest).to_path_buf()
 }
 
+/// True under CI (`CI` set to anything but `false` or empty), where the
+/// gate runs once on a fresh machine.
+fn on_ci() -> bool {
+    env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false")
+}
+
+/// The target directory cargo builds into: `$CARGO_TARGET_DIR`, else
+/// `target/` under the workspace root.
+fn target_dir() -> PathBuf {
+    env::var_os("CARGO_TARGET_DIR").map_or_else(|| root().join("target"), PathBuf::from)
+}
+
+/// One line on the disk the target directory is on: its free space and,
+/// `with_size`, the directory's size, read from `df` and `du` (nothing
+/// when they cannot tell). A build that runs out of disk fails far from the
+/// cause; this line names it.
+fn print_disk(when: &str, with_size: bool) {
+    let target = target_dir();
+    let probe = if target.exists() {
+        target.clone()
+    } else {
+        root()
+    };
+    // `df -Pk`: a header line, then "filesystem total used available ...".
+    let free = kib_from(Command::new("df").arg("-Pk").arg(&probe), 1, 3);
+    // `du -sk`: "kib<TAB>path".
+    let used = with_size
+        .then(|| kib_from(Command::new("du").arg("-sk").arg(&target), 0, 0))
+        .flatten();
+    let gib = |kib: u64| format!("{:.1} GiB", kib as f64 / (1024.0 * 1024.0));
+    match (free, used) {
+        (Some(free), Some(used)) => println!(
+            "disk {when}: {} free, {} in {}",
+            gib(free),
+            gib(used),
+            target.display()
+        ),
+        (Some(free), None) => println!("disk {when}: {} free at {}", gib(free), probe.display()),
+        _ => {}
+    }
+}
+
+/// The number in column `column` of line `line` of what `command` prints.
+fn kib_from(command: &mut Command, line: usize, column: usize) -> Option<u64> {
+    let output = command.stderr(Stdio::null()).output().ok()?;
+    let text = String::from_utf8_lossy(&output.stdout);
+    text.lines()
+        .nth(line)?
+        .split_whitespace()
+        .nth(column)?
+        .parse()
+        .ok()
+}
+
 /// The cargo that runs us (so the toolchain pinned in rust-toolchain.toml).
 fn cargo_program() -> OsString {
     env::var_os("CARGO").unwrap_or_else(|| "cargo".into())
@@ -151,6 +205,11 @@ fn cargo_program() -> OsString {
 /// between a build started here and one started by hand, and rebuild.
 fn cargo_command() -> Command {
     let mut cmd = Command::new(cargo_program());
+    if on_ci() && env::var_os("CARGO_INCREMENTAL").is_none() {
+        // A build made once on a fresh machine gains nothing from
+        // incremental caches, and they were half of its target directory.
+        cmd.env("CARGO_INCREMENTAL", "0");
+    }
     for (key, _) in env::vars_os() {
         let name = key.to_string_lossy();
         if name.starts_with("CARGO_PKG_")
@@ -370,7 +429,7 @@ fn ci_steps() -> Vec<Step> {
     steps.push(sim::ci_step());
     let root = root();
     if root.join("crates/tinyagents-core/tests/loom.rs").exists() {
-        let target = root.join("target/loom").to_string_lossy().into_owned();
+        let target = target_dir().join("loom").to_string_lossy().into_owned();
         steps.push(Step::new(
             "loom",
             vec![
@@ -456,6 +515,10 @@ fn ci(only: &[String]) -> ExitCode {
         steps.retain(|s| only.iter().any(|o| o == s.name));
     }
     let total = steps.len();
+    if on_ci() {
+        println!("CI: incremental compilation off (CARGO_INCREMENTAL=0)");
+    }
+    print_disk("before", false);
     let started = Instant::now();
     for (i, step) in steps.iter().enumerate() {
         println!("\n==> [{}/{total}] {}", i + 1, step.name);
@@ -467,10 +530,12 @@ fn ci(only: &[String]) -> ExitCode {
                 step.name,
                 secs(started.elapsed())
             );
+            print_disk("after", true);
             return ExitCode::FAILURE;
         }
         println!("<== {} ok in {}", step.name, secs(step_started.elapsed()));
     }
+    print_disk("after", true);
     let names: Vec<_> = steps.iter().map(|s| s.name).collect();
     println!(
         "\nxtask ci: all {total} step{} passed in {} ({})",
