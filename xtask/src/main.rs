@@ -92,6 +92,8 @@ commands:
   peers          installs what the tests and examples run against, when
                  missing: aimock and the MCP servers (npm, into .tools/), tmux
                  (Debian's package, for the command line's live-view tests)
+                 and PostgreSQL's server (Debian's postgresql, without its
+                 default cluster, for tinyagents-postgres's throwaway ones)
   help           this text";
 
 /// cargo-deny release known to build with the pinned toolchain (1.95).
@@ -399,6 +401,7 @@ fn ci_steps() -> Vec<Step> {
                 peers::ensure_aimock,
                 peers::ensure_mcp_peers,
                 peers::ensure_tmux,
+                peers::ensure_postgres,
             ],
             tools: vec![Tool {
                 subcommand: "nextest",

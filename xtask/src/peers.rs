@@ -1,5 +1,6 @@
-//! The real third-party servers the tests run against, installed by the
-//! project itself, pinned, with npm, when missing or of another version:
+//! The real third-party programs the tests run against, installed by the
+//! project itself when missing. Pinned, with npm, when missing or of
+//! another version:
 //!
 //! - `@copilotkit/aimock` in `.tools/aimock`: the OpenAI- and
 //!   Anthropic-compatible server of the provider interop tests
@@ -8,10 +9,19 @@
 //!   `@modelcontextprotocol/server-everything` and `server-filesystem`,
 //!   and the official TypeScript SDK `@modelcontextprotocol/sdk` the MCP
 //!   interop tests' client (`tests/mcp/js/client.mjs`) is written on.
+//!
+//! From Debian's packages, with apt-get, when missing (the distribution's
+//! version, not pinned):
+//!
+//! - tmux, which the command line's live-view tests drive;
+//! - PostgreSQL's server (`postgresql`), whose `initdb` and `pg_ctl` the
+//!   `tinyagents-postgres` tests start throwaway clusters with (installed
+//!   without the package's default cluster, which nothing uses).
 
+use std::env;
 use std::fs;
-use std::path::Path;
-use std::process::Command;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus};
 use std::time::Instant;
 
 use crate::{root, secs};
@@ -130,6 +140,44 @@ pub(crate) fn ensure_mcp_peers() -> Result<(), String> {
     npm_install(&dir, &MCP_PEERS, "the MCP interop tests")
 }
 
+/// Runs `apt-get` with `args`, noninteractive: no debconf question, and
+/// where a package would ask about a configuration file, the file on disk
+/// is kept.
+fn apt_get(args: &[&str], package: &str) -> Result<ExitStatus, String> {
+    Command::new("apt-get")
+        .args([
+            "-o",
+            "Dpkg::Options::=--force-confdef",
+            "-o",
+            "Dpkg::Options::=--force-confold",
+        ])
+        .args(args)
+        .env("DEBIAN_FRONTEND", "noninteractive")
+        .status()
+        .map_err(|e| format!("apt-get could not start ({e}): install {package} by hand"))
+}
+
+/// Installs Debian's `package` with apt-get; when that fails, updates the
+/// package lists (a fresh machine may have none) and tries once more.
+/// `need` says who needs it (for the error).
+fn apt_install(package: &str, need: &str) -> Result<(), String> {
+    let install = ["install", "-y", "-qq", "--no-install-recommends", package];
+    println!("$ apt-get install -y -qq --no-install-recommends {package}");
+    if apt_get(&install, package)?.success() {
+        return Ok(());
+    }
+    println!("$ apt-get update -qq (then the install again)");
+    let updated = apt_get(&["update", "-qq"], package)?;
+    let again = apt_get(&install, package)?;
+    if updated.success() && again.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "`apt-get install {package}` failed: {need} (run as root, or install it)"
+        ))
+    }
+}
+
 /// tmux, which the command line's live-view tests drive (`send-keys`,
 /// `capture-pane`): Debian's package, installed with apt-get when missing.
 pub(crate) fn ensure_tmux() -> Result<(), String> {
@@ -144,30 +192,136 @@ pub(crate) fn ensure_tmux() -> Result<(), String> {
     }
     println!("tmux is missing: installing Debian's package with apt-get");
     let started = Instant::now();
-    let apt = |args: &[&str]| {
-        Command::new("apt-get")
-            .args(args)
-            .env("DEBIAN_FRONTEND", "noninteractive")
-            .status()
-            .map_err(|e| format!("apt-get could not start ({e}): install tmux by hand"))
-    };
-    let installed = apt(&["install", "-y", "-qq", "tmux"])?;
-    if !installed.success() {
-        // The package lists may be missing on a fresh machine.
-        let updated = apt(&["update", "-qq"])?;
-        let again = apt(&["install", "-y", "-qq", "tmux"])?;
-        if !updated.success() || !again.success() {
-            return Err(
-                "`apt-get install tmux` failed: the live-view tests need tmux (run as root, \
-                 or install it)"
-                    .to_owned(),
-            );
-        }
-    }
+    apt_install("tmux", "the live-view tests need tmux")?;
     if !present("tmux", "-V") {
         return Err("apt-get installed tmux, but `tmux -V` does not run".to_owned());
     }
     println!("installed tmux in {}", secs(started.elapsed()));
+    Ok(())
+}
+
+/// What `initdb --version` in `dir` says, if it runs.
+fn initdb_version(dir: &Path) -> Option<String> {
+    let out = Command::new(dir.join("initdb"))
+        .arg("--version")
+        .output()
+        .ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+}
+
+/// The directory of PostgreSQL's server binaries the `tinyagents-postgres`
+/// tests would use when `TINYAGENTS_PG_BIN` is not set, searched as they
+/// search (`src/testing.rs`): the newest `/usr/lib/postgresql/*/bin`, else
+/// the `PATH`; it must hold an `initdb` that runs.
+fn postgres_bin() -> Option<(PathBuf, String)> {
+    let version_of = |dir: PathBuf| initdb_version(&dir).map(|v| (dir, v));
+    let mut debian: Vec<(u32, PathBuf)> = fs::read_dir("/usr/lib/postgresql")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| {
+            let major = entry.file_name().to_str()?.parse().ok()?;
+            let bin = entry.path().join("bin");
+            bin.join("initdb").exists().then_some((major, bin))
+        })
+        .collect();
+    debian.sort();
+    if let Some((_, dir)) = debian.pop() {
+        return version_of(dir);
+    }
+    let path = env::var_os("PATH")?;
+    env::split_paths(&path)
+        .find(|dir| dir.join("initdb").is_file() && dir.join("pg_ctl").is_file())
+        .and_then(version_of)
+}
+
+/// Where Debian's `postgresql-common` reads settings for the clusters its
+/// packages create (included by `/etc/postgresql-common/createcluster.conf`).
+const CREATECLUSTER_DIR: &str = "/etc/postgresql-common/createcluster.d";
+
+/// PostgreSQL's server, whose `initdb` and `pg_ctl` the `tinyagents-postgres`
+/// tests start throwaway clusters with: Debian's `postgresql` package,
+/// installed with apt-get when no server binaries are found (nothing to do
+/// when `TINYAGENTS_PG_URL` names a server for the tests, and only a check
+/// when `TINYAGENTS_PG_BIN` names the binaries' directory). The package
+/// would create and start a default cluster (`main`, port 5432) that
+/// nothing here uses; a `create_main_cluster = false` setting, in place
+/// only during the install, stops it, so no server is left running.
+pub(crate) fn ensure_postgres() -> Result<(), String> {
+    if env::var_os("TINYAGENTS_PG_URL").is_some_and(|u| !u.is_empty()) {
+        println!("PostgreSQL: the tests use the server of TINYAGENTS_PG_URL; nothing to install");
+        return Ok(());
+    }
+    if let Some(dir) = env::var_os("TINYAGENTS_PG_BIN").filter(|d| !d.is_empty()) {
+        let dir = PathBuf::from(dir);
+        return match initdb_version(&dir) {
+            Some(version) => {
+                println!(
+                    "PostgreSQL: {version} in {} (TINYAGENTS_PG_BIN; nothing to install)",
+                    dir.display()
+                );
+                Ok(())
+            }
+            None => Err(format!(
+                "TINYAGENTS_PG_BIN is {}, which holds no initdb that runs: point it at the \
+                 directory of PostgreSQL's server binaries, or unset it",
+                dir.display()
+            )),
+        };
+    }
+    if let Some((dir, version)) = postgres_bin() {
+        println!(
+            "PostgreSQL: {version} in {} (nothing to install)",
+            dir.display()
+        );
+        return Ok(());
+    }
+    println!(
+        "PostgreSQL's server (initdb, pg_ctl) is missing: installing Debian's `postgresql` \
+         package with apt-get, without its default cluster (the tests start their own)"
+    );
+    let started = Instant::now();
+    let setting = Path::new(CREATECLUSTER_DIR).join("tinyagents-xtask.conf");
+    let placed = !setting.exists();
+    if placed {
+        fs::create_dir_all(CREATECLUSTER_DIR)
+            .and_then(|()| {
+                fs::write(
+                    &setting,
+                    "# Written by `cargo xtask peers` for the time of its install.\n\
+                     create_main_cluster = false\n",
+                )
+            })
+            .map_err(|e| {
+                format!(
+                    "cannot write {} ({e}): installing PostgreSQL needs root (or install \
+                     Debian's `postgresql` package, or set TINYAGENTS_PG_URL)",
+                    setting.display()
+                )
+            })?;
+        println!("wrote {} (create_main_cluster = false)", setting.display());
+    }
+    let installed = apt_install(
+        "postgresql",
+        "the tinyagents-postgres tests need PostgreSQL's server (or TINYAGENTS_PG_URL)",
+    );
+    if placed {
+        // Only for this install: a later one of the user's gets the default.
+        let _ = fs::remove_file(&setting);
+    }
+    installed?;
+    let Some((dir, version)) = postgres_bin() else {
+        return Err(
+            "apt-get installed postgresql, but no /usr/lib/postgresql/*/bin/initdb runs".to_owned(),
+        );
+    };
+    println!(
+        "installed {version} ({}) in {}",
+        dir.display(),
+        secs(started.elapsed())
+    );
     Ok(())
 }
 
@@ -176,5 +330,6 @@ pub(crate) fn ensure_tmux() -> Result<(), String> {
 pub(crate) fn ensure_all() -> Result<(), String> {
     ensure_aimock()?;
     ensure_mcp_peers()?;
-    ensure_tmux()
+    ensure_tmux()?;
+    ensure_postgres()
 }

@@ -225,6 +225,21 @@ pub enum LedgerError {
         /// What they found.
         effect: Effect,
     },
+    /// The write came from a worker whose lease on the run ended: another
+    /// worker claimed it since (a higher epoch). Nothing was written; the
+    /// worker must stop the run.
+    #[error(
+        "run {run} was claimed by another worker (epoch {current}) since this worker's lease \
+         (epoch {held}) ended; the write is refused and this worker must stop the run"
+    )]
+    Fenced {
+        /// The claimed run the writer works for.
+        run: RunId,
+        /// The epoch the writer holds.
+        held: u64,
+        /// The run's epoch in the database (0: the run is gone).
+        current: u64,
+    },
     /// A checkpoint older than the one stored (a stale writer).
     #[error("run {run}: checkpoint version {offered} is older than the stored version {stored}")]
     StaleCheckpoint {

@@ -32,6 +32,7 @@
 //! events or a session store. The exact guarantee is in
 //! `docs/effect-ledger.md`.
 
+pub mod backend;
 mod clock;
 #[cfg(feature = "conformance")]
 pub mod conformance;

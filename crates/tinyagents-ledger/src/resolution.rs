@@ -73,8 +73,7 @@ pub enum ResolvedBy {
 
 impl ResolvedBy {
     /// As stored: `reconcile`, or `person:` and the name.
-    #[cfg(any(test, feature = "sqlite"))]
-    pub(crate) fn stored(&self) -> String {
+    pub fn stored(&self) -> String {
         match self {
             Self::Reconcile => "reconcile".to_owned(),
             Self::Person(who) => format!("person:{who}"),
@@ -82,8 +81,7 @@ impl ResolvedBy {
     }
 
     /// Parses [`stored`](Self::stored) text.
-    #[cfg(any(test, feature = "sqlite"))]
-    pub(crate) fn parse(text: &str) -> Option<Self> {
+    pub fn parse(text: &str) -> Option<Self> {
         if text == "reconcile" {
             return Some(Self::Reconcile);
         }
@@ -169,7 +167,7 @@ impl Resolve {
     /// completes it with the result found; `NotHappened` defers it (it did
     /// not act) with who found that as its reason; `Unknown` interrupts it
     /// ("interrupted, outcome unknown" and the note). Cut at `max_bytes`.
-    pub(crate) fn settles_as(&self, max_bytes: usize) -> (CallStatus, StoredResult) {
+    pub fn settles_as(&self, max_bytes: usize) -> (CallStatus, StoredResult) {
         let note = self
             .note
             .as_deref()
@@ -229,8 +227,8 @@ pub struct InDoubt {
 }
 
 impl InDoubt {
-    /// The listing of `row`, `now` by the ledger's clock.
-    pub(crate) fn of(row: LedgerRow, now: Timestamp, run_finished: bool) -> Self {
+    /// The listing of `row`, `now` by the ledger's clock (for backends).
+    pub fn of(row: LedgerRow, now: Timestamp, run_finished: bool) -> Self {
         let age = Duration::from_millis(now.as_millis().saturating_sub(row.started_at.as_millis()));
         Self {
             idempotency_key: IdempotencyKey {

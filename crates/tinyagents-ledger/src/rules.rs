@@ -1,7 +1,7 @@
 //! The state machine of a row, shared by every backend so that they refuse
 //! the same things with the same errors.
 
-use tinyagents_core::{CallId, RunId, ToolReplay};
+use tinyagents_core::{CallId, RunId, ToolControl, ToolReplay};
 
 use crate::error::{CallIdentity, LedgerError, LedgerResult};
 use crate::resolution::Resolve;
@@ -9,16 +9,20 @@ use crate::row::{CallStatus, LedgerRow, StartedRow, StoredResult};
 
 /// What a backend knows of an existing row when the same call starts again.
 #[derive(Debug)]
-pub(crate) struct Existing<'a> {
-    pub(crate) status: CallStatus,
-    pub(crate) tool_name: &'a str,
-    pub(crate) args_hash: &'a str,
-    pub(crate) replay: ToolReplay,
+pub struct Existing<'a> {
+    /// The row's status.
+    pub status: CallStatus,
+    /// The tool it was recorded as.
+    pub tool_name: &'a str,
+    /// The hash of the arguments it was recorded with.
+    pub args_hash: &'a str,
+    /// Its replay class.
+    pub replay: ToolReplay,
 }
 
 impl<'a> Existing<'a> {
     /// What `row` says of its call.
-    pub(crate) fn of(row: &'a LedgerRow) -> Self {
+    pub fn of(row: &'a LedgerRow) -> Self {
         Self {
             status: row.status,
             tool_name: &row.tool_name,
@@ -30,7 +34,7 @@ impl<'a> Existing<'a> {
 
 /// What a permitted `record_started` does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Start {
+pub enum Start {
     /// No row: write a new one (one attempt).
     Insert,
     /// A deferred row, or an in-doubt replay-safe one: back to started, one
@@ -53,7 +57,7 @@ pub(crate) enum Start {
 /// 6. no row: an insert.
 ///
 /// A refused start changes nothing (the backend writes only on `Ok`).
-pub(crate) fn check_start(
+pub fn check_start(
     existing: Option<&Existing<'_>>,
     run_finished: bool,
     new: &StartedRow,
@@ -113,11 +117,7 @@ fn already_settled(new: &StartedRow, status: CallStatus) -> LedgerError {
 
 /// Whether a call may settle, given the status of its row (`None`: no row):
 /// only a started row settles. A deferred row must start again first.
-pub(crate) fn check_settle(
-    run: &RunId,
-    call: &CallId,
-    status: Option<CallStatus>,
-) -> LedgerResult<()> {
+pub fn check_settle(run: &RunId, call: &CallId, status: Option<CallStatus>) -> LedgerResult<()> {
     match status {
         None => Err(LedgerError::NotStarted {
             run: run.clone(),
@@ -138,11 +138,13 @@ pub(crate) fn check_settle(
 
 /// What a permitted `resolve` writes, besides the resolution itself.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) enum ResolveWrite {
+pub enum ResolveWrite {
     /// A row still in doubt settles: completed with the result found,
     /// deferred (it never acted), or interrupted (still unknown).
     Settle {
+        /// The status it settles with.
         status: CallStatus,
+        /// The result it settles with.
         result: StoredResult,
     },
     /// An interrupted row keeps its status and result; only the resolution
@@ -161,7 +163,7 @@ pub(crate) enum ResolveWrite {
 ///   recorded ([`ResolveWrite::Record`]);
 /// - interrupted with a known effect: [`LedgerError::AlreadyResolved`];
 /// - completed, failed or deferred: [`LedgerError::NotInDoubt`].
-pub(crate) fn check_resolve(
+pub fn check_resolve(
     run: &RunId,
     call: &CallId,
     row: Option<&LedgerRow>,
@@ -200,7 +202,7 @@ pub(crate) fn check_resolve(
 
 /// Whether a checkpoint (a base or an appended entry) of `offered` version
 /// may follow the `stored` one: only when it is not older.
-pub(crate) fn check_checkpoint(run: &RunId, stored: Option<u64>, offered: u64) -> LedgerResult<()> {
+pub fn check_checkpoint(run: &RunId, stored: Option<u64>, offered: u64) -> LedgerResult<()> {
     match stored {
         Some(stored) if offered < stored => Err(LedgerError::StaleCheckpoint {
             run: run.clone(),
@@ -212,8 +214,7 @@ pub(crate) fn check_checkpoint(run: &RunId, stored: Option<u64>, offered: u64) -
 }
 
 /// The stored text of a replay class.
-#[cfg(feature = "sqlite")]
-pub(crate) fn replay_str(replay: ToolReplay) -> &'static str {
+pub fn replay_str(replay: ToolReplay) -> &'static str {
     match replay {
         ToolReplay::Safe => "safe",
         ToolReplay::Never => "never",
@@ -221,11 +222,27 @@ pub(crate) fn replay_str(replay: ToolReplay) -> &'static str {
 }
 
 /// Parses a stored replay class.
-#[cfg(feature = "sqlite")]
-pub(crate) fn parse_replay(text: &str) -> Option<ToolReplay> {
+pub fn parse_replay(text: &str) -> Option<ToolReplay> {
     match text {
         "safe" => Some(ToolReplay::Safe),
         "never" => Some(ToolReplay::Never),
+        _ => None,
+    }
+}
+
+/// The stored text of a tool's control of the run.
+pub fn control_str(control: ToolControl) -> &'static str {
+    match control {
+        ToolControl::Terminate => "terminate",
+        ToolControl::ReturnDirect => "return_direct",
+    }
+}
+
+/// Parses a stored control.
+pub fn parse_control(text: &str) -> Option<ToolControl> {
+    match text {
+        "terminate" => Some(ToolControl::Terminate),
+        "return_direct" => Some(ToolControl::ReturnDirect),
         _ => None,
     }
 }

@@ -82,6 +82,10 @@ pub use provider::{
 pub use request::{
     AgentBuildRequest, AgentBuilderCustomizer, BuilderCustomizer, HostTools, OptionsCustomizer,
 };
+/// The conformance suite every [`SessionStore`] backend passes (feature
+/// `conformance`): [`session_conformance::run_all`].
+#[cfg(feature = "conformance")]
+pub use session::conformance as session_conformance;
 pub use session::{
     ChatRole, ChatTurn, INCOGNITO_PROPERTY, InMemorySessionStore, SESSION_FORMAT, SESSION_PROPERTY,
     SessionError, SessionManager, SessionRecord, SessionScope, SessionStamp, SessionStore,

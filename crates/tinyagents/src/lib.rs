@@ -52,6 +52,7 @@
 //! | [`orchestrator`] | `Agent`, agents as tools, definitions, sessions, delegated governance |
 //! | `mcp` | MCP servers' tools as tools (`McpClient`), agents and tools served over MCP (`McpServer`); feature `mcp` |
 //! | `otel` | OpenTelemetry export of the run's GenAI spans over OTLP (`Export`, `layer`); feature `otel` |
+//! | `postgres` | the ledger, the session store and a queue of leased runs on PostgreSQL (`PgDatabase`); feature `postgres` |
 //!
 //! A tool's argument type needs `Deserialize` and `JsonSchema`:
 //! [`#[json_schema]`](json_schema) derives both (and `Serialize`) through
@@ -68,6 +69,7 @@
 //! | `orchestrator` | yes | [`Agent`], agents as tools, sessions, definitions (`orchestrator`) |
 //! | `mcp` | no | the `mcp` module: MCP both ways, on rmcp (implies `orchestrator`) |
 //! | `otel` | no | the `otel` module: OTLP export (HTTP/protobuf, gRPC) of the spans, on opentelemetry 0.33 |
+//! | `postgres` | no | the `postgres` module: ledger, sessions and leased runs on PostgreSQL, on tokio-postgres and deadpool-postgres (implies `orchestrator`) |
 //!
 //! With `default-features = false` the crate is the core, the tools, the
 //! middleware, the ledger's memory store and the harness with
@@ -107,6 +109,9 @@ pub use tinyagents_orchestrator as orchestrator;
 #[cfg(feature = "otel")]
 #[doc(inline)]
 pub use tinyagents_otel as otel;
+#[cfg(feature = "postgres")]
+#[doc(inline)]
+pub use tinyagents_postgres as postgres;
 #[doc(inline)]
 pub use tinytools as tools;
 

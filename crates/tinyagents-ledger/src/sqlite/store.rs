@@ -3,14 +3,14 @@
 //! checkpoints are in `runs.rs`.
 
 use rusqlite::{Connection, OptionalExtension, Row, params};
-use tinyagents_core::{CallId, RunId, ToolControl};
+use tinyagents_core::{CallId, RunId};
 
 use super::schema::UNRESOLVED;
 use crate::clock::Timestamp;
 use crate::error::{LedgerError, LedgerResult};
 use crate::resolution::{Effect, InDoubt, Resolution, Resolve, ResolvedBy};
 use crate::row::{CallStatus, LedgerRow, StartedRow, StoredResult};
-use crate::rules::{self, Existing, ResolveWrite, Start};
+use crate::rules::{self, Existing, ResolveWrite, Start, control_str, parse_control};
 
 const ROW_COLUMNS: &str = "run_id, call_id, parent_call_id, tool_name, args_hash, replay, \
      status, attempts, started_at, settled_at, content, is_error, metadata, control, \
@@ -231,21 +231,6 @@ pub(crate) fn resolve(
         Ok(())
     } else {
         Err(LedgerError::storage(op, "the row could not be updated"))
-    }
-}
-
-fn control_str(control: ToolControl) -> &'static str {
-    match control {
-        ToolControl::Terminate => "terminate",
-        ToolControl::ReturnDirect => "return_direct",
-    }
-}
-
-fn parse_control(text: &str) -> Option<ToolControl> {
-    match text {
-        "terminate" => Some(ToolControl::Terminate),
-        "return_direct" => Some(ToolControl::ReturnDirect),
-        _ => None,
     }
 }
 

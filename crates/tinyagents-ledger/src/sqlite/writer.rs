@@ -17,8 +17,10 @@
 //! been open for the linger time, so a settled row is durable at most that
 //! long after it was applied even if no call starts again.
 
+use std::sync::Arc;
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
-use std::sync::{Arc, Mutex, PoisonError};
+
+pub(crate) use crate::backend::Deferred;
 use std::time::{Duration, Instant};
 
 use rusqlite::Connection;
@@ -386,36 +388,5 @@ fn reject(request: Request, err: LedgerError, deferred: &Deferred) {
         Request::InDoubt(reply) => drop(reply.send(Err(err))),
         Request::LoadCheckpoint(_, reply) => drop(reply.send(Err(err))),
         Request::RunState(_, reply) => drop(reply.send(Err(err))),
-    }
-}
-
-/// Failures of writes whose callers did not wait, kept for the next flush.
-#[derive(Debug, Default)]
-pub(crate) struct Deferred(Mutex<DeferredErrors>);
-
-#[derive(Debug, Default)]
-struct DeferredErrors {
-    count: usize,
-    first: Option<LedgerError>,
-}
-
-impl Deferred {
-    fn push(&self, err: LedgerError) {
-        let mut errors = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        errors.count += 1;
-        errors.first.get_or_insert(err);
-    }
-
-    /// Takes the failures since the last call, as one error.
-    pub(crate) fn take(&self) -> LedgerResult<()> {
-        let mut errors = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        let count = std::mem::take(&mut errors.count);
-        match errors.first.take() {
-            Some(first) => Err(LedgerError::Deferred {
-                count,
-                first: Box::new(first),
-            }),
-            None => Ok(()),
-        }
     }
 }

@@ -14,6 +14,8 @@
 //! conversation it last wrote, handing it to the next call on that session
 //! when the store's [`SessionStamp`] says nobody else wrote since.
 
+#[cfg(feature = "conformance")]
+pub mod conformance;
 mod kept;
 mod manager;
 mod memory;
@@ -214,10 +216,14 @@ pub trait SessionStore: Send + Sync {
     /// without reading its conversation.
     async fn stamp(&self, id: &SessionId) -> Result<Option<SessionStamp>, SessionError>;
 
-    /// The child sessions of `parent`.
+    /// The child sessions of `parent`: the stored sessions whose `parent`
+    /// it is (not their own children), whole, in the byte order of their
+    /// ids.
     async fn children(&self, parent: &SessionId) -> Result<Vec<SessionRecord>, SessionError>;
 
-    /// Deletes a session and every session nested in it.
+    /// Deletes a session and every session nested in it (reached by the
+    /// chain of `parent`s, whatever the ids look like). Deleting a session
+    /// that is not stored is no error.
     async fn delete(&self, id: &SessionId) -> Result<(), SessionError>;
 }
 

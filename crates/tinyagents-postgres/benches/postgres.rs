@@ -1,0 +1,282 @@
+//! The PostgreSQL backend measured on a cluster of its own (the tests'
+//! throwaway cluster, fsync on, `synchronous_commit = on`), beside the
+//! disk's fdatasync time and a raw durable commit round trip
+//! (`INSERT … ` in autocommit: the INSERT and its COMMIT in one round trip).
+//!
+//! A tool call is `record_started` (durable) + `record_settled` on a ledger
+//! fenced with the run's epoch, as a worker writes. Claims are measured
+//! against 10,000 queued runs.
+//!
+//! `cargo bench -p tinyagents-postgres`. Prints plain lines.
+
+#![allow(
+    clippy::print_stdout,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    missing_docs
+)]
+
+use std::fs::OpenOptions;
+use std::io::Write;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use tinyagents_core::{CallId, RunId, ToolReplay, ToolResult};
+use tinyagents_harness::RunRequest;
+use tinyagents_ledger::{EffectLedger, Outcome, StartedRow, args_hash};
+use tinyagents_postgres::testing::TestCluster;
+use tinyagents_postgres::{PgDatabase, PgOptions, PostgresLedger, RunQueue};
+
+const REPS: usize = 5;
+const RUNS: usize = 64;
+const SEQUENTIAL_CALLS: usize = 1_000;
+const CALLS_PER_RUN: usize = 200;
+const QUEUED: usize = 10_000;
+const CLAIMS: usize = 300;
+
+fn main() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(bench());
+}
+
+async fn bench() {
+    let cluster = TestCluster::start().unwrap();
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    println!(
+        "machine: {cores} cores; PostgreSQL cluster on loopback, data in {}",
+        std::env::temp_dir().display()
+    );
+    let fdatasync = median(&fdatasync_times(&std::env::temp_dir(), 300));
+    println!(
+        "fdatasync (64-byte append, median of 300): {:.1} us",
+        micros(fdatasync)
+    );
+
+    let url = cluster.database().await.unwrap();
+    let db = PgDatabase::connect_with(PgOptions::new(url.clone()).pool_size(16))
+        .await
+        .unwrap();
+    let queue = RunQueue::open(&db).await.unwrap();
+    let raw = raw_commit(&url, 1_000).await;
+    println!(
+        "raw commit round trip (INSERT in autocommit, median of 1000): {:.1} us",
+        micros(raw)
+    );
+
+    let ledger = PostgresLedger::open(&db).await.unwrap();
+    let mut sequential = Vec::new();
+    let mut ratios = Vec::new();
+    let mut concurrent = Vec::new();
+    for rep in 0..REPS {
+        let raw_now = raw_commit(&url, 200).await;
+        let elapsed = drive(
+            &ledger,
+            &queue,
+            &url,
+            &format!("seq{rep}"),
+            1,
+            SEQUENTIAL_CALLS,
+        )
+        .await;
+        let per_call = elapsed / u32::try_from(SEQUENTIAL_CALLS).unwrap();
+        sequential.push(per_call);
+        ratios.push(per_call.as_secs_f64() / raw_now.as_secs_f64());
+        let elapsed = drive(
+            &ledger,
+            &queue,
+            &url,
+            &format!("par{rep}"),
+            RUNS,
+            CALLS_PER_RUN,
+        )
+        .await;
+        concurrent.push((RUNS * CALLS_PER_RUN) as f64 / elapsed.as_secs_f64());
+    }
+    let per_call = median(&sequential);
+    let ratio = median_f64(&mut ratios);
+    let rate = median_f64(&mut concurrent);
+    println!(
+        "ledger, 1 run, {SEQUENTIAL_CALLS} sequential calls, reps={REPS}: median {:.1} us/call, \
+         {ratio:.2} x the raw commit measured before each repetition",
+        micros(per_call)
+    );
+    println!(
+        "ledger, {RUNS} concurrent runs x {CALLS_PER_RUN} calls, reps={REPS}: median {rate:.0} durable calls/s"
+    );
+
+    let claim = claim_latency(&cluster).await;
+    println!(
+        "claim of one run with {QUEUED} queued (median of {CLAIMS}): {:.0} us",
+        micros(claim)
+    );
+    let verdict = |ok: bool| if ok { "PASS" } else { "FAIL" };
+    println!(
+        "target: sequential per call <= 1.5 x raw commit: {ratio:.2}: {}",
+        verdict(ratio <= 1.5)
+    );
+    println!(
+        "target: 64 runs >= 5000 durable calls/s: {rate:.0}: {}",
+        verdict(rate >= 5_000.0)
+    );
+    println!(
+        "target: claim <= 1 ms at {QUEUED} queued: {:.0} us: {}",
+        micros(claim),
+        verdict(claim <= Duration::from_millis(1))
+    );
+    ledger.shutdown().await.unwrap();
+}
+
+/// `runs` runs, each calling `calls` tools one after the other, on a ledger
+/// fenced with the run's epoch (the runs are queued and given epoch 1).
+async fn drive(
+    ledger: &PostgresLedger,
+    queue: &RunQueue,
+    url: &str,
+    prefix: &str,
+    runs: usize,
+    calls: usize,
+) -> Duration {
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    let mut fenced = Vec::with_capacity(runs);
+    for r in 0..runs {
+        let run = RunId::from(format!("{prefix}-{r}"));
+        queue
+            .enqueue(&RunRequest::new("bench").with_run_id(run.clone()))
+            .await
+            .unwrap();
+        client
+            .execute(
+                "UPDATE tinyagents_runs SET status = 'running', epoch = 1 WHERE id = $1",
+                &[&run.as_str()],
+            )
+            .await
+            .unwrap();
+        fenced.push((run.clone(), Arc::new(ledger.fenced(run, 1))));
+    }
+    let start = Instant::now();
+    let mut tasks = Vec::with_capacity(runs);
+    for (run, ledger) in fenced {
+        tasks.push(tokio::spawn(async move {
+            let outcome =
+                Outcome::Completed(ToolResult::text("{\"temperature\": 21, \"unit\": \"C\"}"));
+            for k in 1..=calls {
+                let call = CallId::model(k as u64);
+                let hash = args_hash(&json!({"city": "Lyon", "n": k}));
+                let row =
+                    StartedRow::new(run.clone(), call.clone(), "weather", hash, ToolReplay::Safe);
+                ledger.record_started(row).await.unwrap();
+                ledger.record_settled(&run, &call, &outcome).await.unwrap();
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let elapsed = start.elapsed();
+    ledger.flush().await.unwrap();
+    elapsed
+}
+
+/// One durable INSERT per round trip, `n` times; the median.
+async fn raw_commit(url: &str, n: usize) -> Duration {
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    client
+        .batch_execute(
+            "SET synchronous_commit = on; \
+             CREATE TABLE IF NOT EXISTS raw_commits (id BIGSERIAL PRIMARY KEY, v TEXT NOT NULL)",
+        )
+        .await
+        .unwrap();
+    let insert = client
+        .prepare("INSERT INTO raw_commits (v) VALUES ($1)")
+        .await
+        .unwrap();
+    let mut times = Vec::with_capacity(n);
+    for i in 0..n {
+        let v = format!("row {i}");
+        let start = Instant::now();
+        client.execute(&insert, &[&v]).await.unwrap();
+        times.push(start.elapsed());
+    }
+    median(&times)
+}
+
+/// Claims one run at a time from a queue of `QUEUED` runs; the median.
+async fn claim_latency(cluster: &TestCluster) -> Duration {
+    let url = cluster.database().await.unwrap();
+    let db = PgDatabase::connect(&url).await.unwrap();
+    let queue = RunQueue::open(&db).await.unwrap();
+    let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    client
+        .execute(
+            "INSERT INTO tinyagents_runs (id, status, request) \
+             SELECT 'q' || lpad(i::text, 6, '0'), 'queued', '{\"input\": \"bench\"}'::jsonb \
+             FROM generate_series(1, $1::int) AS i",
+            &[&i32::try_from(QUEUED + CLAIMS).unwrap()],
+        )
+        .await
+        .unwrap();
+    client
+        .batch_execute("ANALYZE tinyagents_runs")
+        .await
+        .unwrap();
+    let lease = Duration::from_secs(60);
+    let mut times = Vec::with_capacity(CLAIMS);
+    for _ in 0..CLAIMS {
+        let start = Instant::now();
+        let claimed = queue.claim("bench", 1, lease).await.unwrap();
+        times.push(start.elapsed());
+        assert_eq!(claimed.len(), 1);
+    }
+    median(&times)
+}
+
+fn fdatasync_times(dir: &Path, n: usize) -> Vec<Duration> {
+    let path = dir.join(format!("tinyagents-fdatasync-{}.probe", std::process::id()));
+    let mut file = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .unwrap();
+    let block = [0x5a_u8; 64];
+    let mut times = Vec::with_capacity(n);
+    for _ in 0..n {
+        let start = Instant::now();
+        file.write_all(&block).unwrap();
+        file.sync_data().unwrap();
+        times.push(start.elapsed());
+    }
+    drop(file);
+    std::fs::remove_file(path).unwrap();
+    times
+}
+
+fn median(times: &[Duration]) -> Duration {
+    let mut sorted = times.to_vec();
+    sorted.sort();
+    sorted[sorted.len() / 2]
+}
+
+fn median_f64(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
+fn micros(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}

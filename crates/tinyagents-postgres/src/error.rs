@@ -1,0 +1,149 @@
+//! What can go wrong talking to PostgreSQL, before it is said in the words
+//! of the ledger ([`LedgerError`]) or of the session store
+//! ([`SessionError`]).
+
+use tinyagents_ledger::LedgerError;
+use tinyagents_orchestrator::SessionError;
+
+/// Why the database could not be opened or used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum PgError {
+    /// The connection string does not parse.
+    #[error("PostgreSQL connection string: {detail}")]
+    Url {
+        /// What the parser said.
+        detail: String,
+    },
+    /// The server could not be reached or refused the connection.
+    #[error("PostgreSQL at {target} is unreachable: {detail}")]
+    Unreachable {
+        /// Host, port and database (never the password).
+        target: String,
+        /// What failed.
+        detail: String,
+    },
+    /// No connection of the pool became free in time.
+    #[error(
+        "PostgreSQL at {target}: no connection free in the pool of {size} within {waited_ms} ms"
+    )]
+    PoolExhausted {
+        /// Host, port and database.
+        target: String,
+        /// The pool's size.
+        size: usize,
+        /// How long the caller waited.
+        waited_ms: u64,
+    },
+    /// The database only reads (a standby, or `default_transaction_read_only`).
+    #[error("PostgreSQL at {target} is read-only: {operation} cannot write ({detail})")]
+    ReadOnly {
+        /// Host, port and database.
+        target: String,
+        /// What was being written.
+        operation: &'static str,
+        /// What the server said.
+        detail: String,
+    },
+    /// The database holds a schema newer than this build knows.
+    #[error(
+        "the {component} schema in the database has version {found}, newer than the newest \
+         this build knows ({supported}); upgrade tinyagents-postgres to use it"
+    )]
+    TooNew {
+        /// Which schema (ledger, sessions, runs).
+        component: &'static str,
+        /// Its version.
+        found: i64,
+        /// The newest this build knows.
+        supported: i64,
+    },
+    /// A migration failed (nothing of it was applied).
+    #[error("migrating the {component} schema to version {version} failed: {detail}")]
+    Migration {
+        /// Which schema.
+        component: &'static str,
+        /// The version it was going to.
+        version: i64,
+        /// What the server said.
+        detail: String,
+    },
+    /// A statement failed.
+    #[error("PostgreSQL: {operation} failed: {detail}")]
+    Query {
+        /// What was being done.
+        operation: &'static str,
+        /// What the server said, with its SQLSTATE.
+        detail: String,
+    },
+}
+
+impl PgError {
+    /// A failed statement of `operation`.
+    pub(crate) fn query(operation: &'static str, err: tokio_postgres::Error) -> Self {
+        Self::Query {
+            operation,
+            detail: detail(&err),
+        }
+    }
+}
+
+/// The server's message and SQLSTATE, or the client's error with its cause.
+pub(crate) fn detail(err: &tokio_postgres::Error) -> String {
+    if let Some(db) = err.as_db_error() {
+        return format!("{} (SQLSTATE {})", db.message(), db.code().code());
+    }
+    let mut text = err.to_string();
+    let mut source = std::error::Error::source(err);
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+/// Whether the server refused a write because it only reads (SQLSTATE
+/// 25006).
+pub(crate) fn is_read_only(err: &tokio_postgres::Error) -> bool {
+    err.code() == Some(&tokio_postgres::error::SqlState::READ_ONLY_SQL_TRANSACTION)
+}
+
+impl From<PgError> for LedgerError {
+    fn from(err: PgError) -> Self {
+        match err {
+            PgError::TooNew {
+                found, supported, ..
+            } => LedgerError::UnsupportedVersion {
+                path: "postgres (tinyagents_schema: ledger)".into(),
+                found,
+                supported,
+            },
+            PgError::Unreachable { target, detail } => LedgerError::Open {
+                path: target.into(),
+                detail,
+            },
+            other => LedgerError::Storage {
+                operation: "postgres",
+                detail: other.to_string(),
+            },
+        }
+    }
+}
+
+impl From<PgError> for SessionError {
+    fn from(err: PgError) -> Self {
+        match err {
+            PgError::TooNew {
+                found, supported, ..
+            } => SessionError::TooNew {
+                path: "postgres (tinyagents_schema: sessions)".into(),
+                found,
+                supported,
+            },
+            other => SessionError::Store {
+                message: other.to_string(),
+            },
+        }
+    }
+}

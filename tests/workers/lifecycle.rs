@@ -1,0 +1,313 @@
+//! One worker at a time, in this process: a run that waits for approval
+//! releases its lease and is resumed by another worker once decided; a
+//! stopping worker gives back the runs still going after its grace, and
+//! the next one recovers them
+//! without paying twice; a worker whose run was claimed away is refused.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use serde_json::json;
+use tinyagents::core::CancellationToken;
+use tinyagents::postgres::testing::TestCluster;
+use tinyagents::postgres::{
+    FactoryError, LeasedRun, PgDatabase, QueueError, QueueStatus, RunQueue, Worker, WorkerReport,
+};
+use tinyagents::prelude::*;
+use tinyagents::{core::ChatRequest, core::ModelError, core::ToolReplay};
+
+/// Calls `refund` once, then answers.
+struct RefundOnce;
+
+#[async_trait]
+impl ChatModel for RefundOnce {
+    fn name(&self) -> &str {
+        "refund-once"
+    }
+
+    async fn chat(&self, request: ChatRequest<'_>) -> Result<ChatResponse, ModelError> {
+        let turns = request
+            .messages
+            .iter()
+            .filter(|m| matches!(m, Message::Assistant { .. }))
+            .count();
+        Ok(match turns {
+            0 => ScriptedModel::tool_call("refund", json!({ "cents": 100 })),
+            _ => ChatResponse::text("refunded"),
+        })
+    }
+}
+
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+struct Cents {
+    cents: u64,
+}
+
+/// A harness with a `refund` that never repeats, counts its runs, waits
+/// `pause` inside, and asks for approval when `approval`.
+fn refunder(
+    refunds: Arc<AtomicUsize>,
+    pause: Duration,
+    approval: bool,
+) -> impl Fn(&LeasedRun) -> Result<AgentHarness, FactoryError> + Send + Sync + 'static {
+    move |run: &LeasedRun| {
+        let refunds = Arc::clone(&refunds);
+        let refund = FnTool::new("refund", "Refunds.", move |args: Cents| {
+            let refunds = Arc::clone(&refunds);
+            async move {
+                tokio::time::sleep(pause).await;
+                refunds.fetch_add(1, Ordering::SeqCst);
+                anyhow::Ok(format!("refunded {}", args.cents))
+            }
+        })
+        .map_spec(move |spec| {
+            let spec = spec.replay(ToolReplay::Never);
+            if approval {
+                spec.approval_required()
+            } else {
+                spec
+            }
+        });
+        let mut builder =
+            AgentHarness::builder(Arc::new(RefundOnce)).ledger(Arc::clone(&run.ledger));
+        builder.register(Arc::new(refund))?;
+        Ok(builder.build()?)
+    }
+}
+
+async fn setup() -> (TestCluster, PgDatabase, RunQueue) {
+    let cluster = TestCluster::start().unwrap();
+    let db = PgDatabase::connect(&cluster.database().await.unwrap())
+        .await
+        .unwrap();
+    let queue = RunQueue::open(&db).await.unwrap();
+    (cluster, db, queue)
+}
+
+/// Runs `worker` until `done` says so (checked every 50 ms), then stops it.
+async fn run_until<F, Fut>(queue: &RunQueue, worker: Worker, done: F) -> WorkerReport
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let cancel = CancellationToken::new();
+    let task = tokio::spawn(worker.run(cancel.clone()));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while !done().await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the worker did not get there in 60 s: {:?}",
+            queue.list(10).await
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    cancel.cancel();
+    task.await.unwrap().unwrap()
+}
+
+async fn status(queue: &RunQueue, run: &RunId) -> QueueStatus {
+    queue.get(run).await.unwrap().unwrap().status
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_awaiting_approval_releases_its_lease_and_any_worker_resumes_it() {
+    let (_cluster, db, queue) = setup().await;
+    let refunds = Arc::new(AtomicUsize::new(0));
+    let run = queue
+        .enqueue(&RunRequest::new("refund c-42"))
+        .await
+        .unwrap();
+    let first = Worker::new(&db, refunder(Arc::clone(&refunds), Duration::ZERO, true))
+        .id("first")
+        .poll_interval(Duration::from_millis(20));
+    let report = run_until(&queue, first, || async {
+        status(&queue, &run).await == QueueStatus::AwaitingApproval
+    })
+    .await;
+    assert_eq!(
+        (report.claimed, report.awaiting_approval),
+        (1, 1),
+        "{report:?}"
+    );
+    let waiting = queue.get(&run).await.unwrap().unwrap();
+    assert_eq!(
+        waiting.owner, None,
+        "a run awaiting approval holds no lease"
+    );
+    assert_eq!(waiting.pending.len(), 1);
+    assert_eq!(waiting.pending[0].call.name, "refund");
+    assert_eq!(
+        refunds.load(Ordering::SeqCst),
+        0,
+        "nothing refunded before the decision"
+    );
+
+    // Deciding nothing, or the wrong call, is refused; the right decision
+    // queues it again.
+    let refused = queue.approve(&run, &[]).await;
+    assert!(
+        matches!(&refused, Err(QueueError::Decisions { problem, .. }) if problem.contains(waiting.pending[0].call.id.as_str())),
+        "{refused:?}"
+    );
+    let decisions = vec![waiting.pending[0].approve()];
+    queue.approve(&run, &decisions).await.unwrap();
+    assert_eq!(status(&queue, &run).await, QueueStatus::Queued);
+    let again = queue.approve(&run, &decisions).await;
+    assert!(
+        matches!(
+            again,
+            Err(QueueError::NotAwaiting {
+                status: QueueStatus::Queued,
+                ..
+            })
+        ),
+        "{again:?}"
+    );
+
+    // Another worker resumes it: the refund runs once.
+    let second = Worker::new(&db, refunder(Arc::clone(&refunds), Duration::ZERO, true))
+        .id("second")
+        .poll_interval(Duration::from_millis(20));
+    let report = run_until(&queue, second, || async {
+        status(&queue, &run).await == QueueStatus::Completed
+    })
+    .await;
+    assert_eq!(
+        (report.claimed, report.recovered, report.completed),
+        (1, 1, 1),
+        "{report:?}"
+    );
+    let done = queue.get(&run).await.unwrap().unwrap();
+    assert_eq!(done.outcome.unwrap().final_text, "refunded");
+    assert_eq!((done.epoch, done.attempts), (2, 2));
+    assert_eq!(
+        refunds.load(Ordering::SeqCst),
+        1,
+        "the approved refund ran once"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopping_worker_gives_its_runs_back_and_the_next_recovers_them_without_repeating() {
+    let (_cluster, db, queue) = setup().await;
+    let refunds = Arc::new(AtomicUsize::new(0));
+    let run = queue.enqueue(&RunRequest::new("refund c-7")).await.unwrap();
+    // The first worker stops while the refund is inside the tool.
+    let slow = Worker::new(
+        &db,
+        refunder(Arc::clone(&refunds), Duration::from_secs(30), false),
+    )
+    .id("slow")
+    .shutdown_grace(Duration::from_millis(300))
+    .poll_interval(Duration::from_millis(20));
+    let ledger = tinyagents::postgres::PostgresLedger::open(&db)
+        .await
+        .unwrap();
+    let report = run_until(&queue, slow, || async {
+        use tinyagents::ledger::EffectLedger;
+        !ledger.unresolved(&run).await.unwrap().is_empty()
+    })
+    .await;
+    assert_eq!((report.claimed, report.released), (1, 1), "{report:?}");
+    let back = queue.get(&run).await.unwrap().unwrap();
+    assert_eq!((back.status, back.owner), (QueueStatus::Queued, None));
+
+    // The next worker recovers it: the refund, which must not repeat and
+    // whose outcome is unknown, is not run again, and is listed in doubt.
+    let next = Worker::new(&db, refunder(Arc::clone(&refunds), Duration::ZERO, false))
+        .id("next")
+        .poll_interval(Duration::from_millis(20));
+    let report = run_until(&queue, next, || async {
+        status(&queue, &run).await == QueueStatus::Completed
+    })
+    .await;
+    assert_eq!((report.recovered, report.completed), (1, 1), "{report:?}");
+    assert_eq!(
+        refunds.load(Ordering::SeqCst),
+        0,
+        "the interrupted refund never ran again"
+    );
+    use tinyagents::ledger::EffectLedger;
+    let doubt = ledger.in_doubt().await.unwrap();
+    assert_eq!(doubt.len(), 1, "{doubt:?}");
+    assert_eq!(
+        (
+            doubt[0].row.tool_name.as_str(),
+            &doubt[0].idempotency_key.run_id
+        ),
+        ("refund", &run)
+    );
+    ledger.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_whose_run_was_claimed_away_records_nothing_more() {
+    let (_cluster, db, queue) = setup().await;
+    let refunds = Arc::new(AtomicUsize::new(0));
+    let run = queue.enqueue(&RunRequest::new("refund c-9")).await.unwrap();
+    let ledger = tinyagents::postgres::PostgresLedger::open(&db)
+        .await
+        .unwrap();
+    let worker = Worker::new(
+        &db,
+        refunder(Arc::clone(&refunds), Duration::from_millis(600), false),
+    )
+    .id("zombie")
+    .lease(Duration::from_secs(30))
+    .poll_interval(Duration::from_millis(20));
+    let cancel = CancellationToken::new();
+    let task = tokio::spawn(worker.run(cancel.clone()));
+    // Once the refund is inside its tool, another claimer takes the run
+    // (as after an expired lease): the epoch goes up.
+    use tinyagents::ledger::EffectLedger;
+    while ledger.unresolved(&run).await.unwrap().is_empty() {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let bumped = bump_epoch(&db, &run).await;
+    assert_eq!(bumped, 2);
+    // The refund ends; its settled row is refused (fenced), the run stops,
+    // and its end is not recorded: the queue still names the new claim.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while refunds.load(Ordering::SeqCst) == 0 {
+        assert!(tokio::time::Instant::now() < deadline);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    cancel.cancel();
+    let report = task.await.unwrap().unwrap();
+    assert_eq!((report.lost, report.completed), (1, 0), "{report:?}");
+    assert!(
+        report.fenced_writes >= 1,
+        "the settle was refused by the fence: {report:?}"
+    );
+    let row = ledger.rows(&run).await.unwrap();
+    assert_eq!(row.len(), 1);
+    assert_eq!(
+        row[0].status,
+        tinyagents::ledger::CallStatus::Started,
+        "the zombie's settle was refused"
+    );
+    let held = queue.get(&run).await.unwrap().unwrap();
+    assert_eq!((held.status, held.epoch), (QueueStatus::Running, 2));
+    ledger.shutdown().await.unwrap();
+}
+
+/// Takes the run as another worker's claim does (`FOR UPDATE`, which waits
+/// for the zombie's ledger transaction to commit): the epoch up by one.
+async fn bump_epoch(db: &PgDatabase, run: &RunId) -> i64 {
+    let (client, connection) = tokio_postgres::connect(&db.options().url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    client
+        .query_one(
+            "UPDATE tinyagents_runs r SET epoch = r.epoch + 1, owner = 'thief' \
+             FROM (SELECT id FROM tinyagents_runs WHERE id = $1 FOR UPDATE) n \
+             WHERE r.id = n.id RETURNING r.epoch",
+            &[&run.as_str()],
+        )
+        .await
+        .unwrap()
+        .get(0)
+}
