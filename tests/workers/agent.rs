@@ -19,6 +19,7 @@ use tinyagents::{
 pub(crate) const EFFECTS_DDL: &str = "CREATE TABLE IF NOT EXISTS fleet_effects (
     key TEXT NOT NULL,
     run_id TEXT NOT NULL,
+    call_id TEXT NOT NULL,
     kind TEXT NOT NULL,
     at TIMESTAMPTZ NOT NULL DEFAULT now()
 )";
@@ -72,13 +73,13 @@ struct Batch {
     to: Vec<String>,
 }
 
-async fn record(url: &str, key: &str, run: &str, kind: &str) -> anyhow::Result<()> {
+async fn record(url: &str, key: &str, ctx: &ToolRunContext, kind: &str) -> anyhow::Result<()> {
     let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls).await?;
     let driver = tokio::spawn(connection);
     client
         .execute(
-            "INSERT INTO fleet_effects (key, run_id, kind) VALUES ($1, $2, $3)",
-            &[&key, &run, &kind],
+            "INSERT INTO fleet_effects (key, run_id, call_id, kind) VALUES ($1, $2, $3, $4)",
+            &[&key, &ctx.run_id().as_str(), &ctx.call_id().as_str(), &kind],
         )
         .await?;
     drop(client);
@@ -95,7 +96,7 @@ fn pay(url: Arc<str>) -> impl Tool {
                 .map(ToString::to_string)
                 .ok_or_else(|| anyhow::anyhow!("no idempotency key"))?;
             tokio::time::sleep(Duration::from_millis(40)).await;
-            record(&url, &key, ctx.run_id().as_str(), "pay").await?;
+            record(&url, &key, &ctx, "pay").await?;
             tokio::time::sleep(Duration::from_millis(40)).await;
             anyhow::Ok(format!("paid {}", args.to))
         }
@@ -115,7 +116,7 @@ fn lookup(url: Arc<str>) -> impl Tool {
                     .map(ToString::to_string)
                     .unwrap_or_default();
                 tokio::time::sleep(Duration::from_millis(60)).await;
-                record(&url, &key, ctx.run_id().as_str(), "lookup").await?;
+                record(&url, &key, &ctx, "lookup").await?;
                 anyhow::Ok(format!("found {}", args.to))
             }
         },

@@ -158,6 +158,7 @@ async fn four_workers_survive_a_kill_and_a_zombie() {
         .await
         .unwrap();
     assert!(twice.is_empty(), "payments made twice: {:?}", twice.len());
+    assert_every_effect_has_its_row(&client, &ledger).await;
 
     // Each run paid four times, except for payments whose effect is
     // unknown: those are under calls listed in doubt (a `pay`, a `batch`
@@ -207,4 +208,30 @@ async fn four_workers_survive_a_kill_and_a_zombie() {
         }
     }
     ledger.shutdown().await.unwrap();
+}
+
+/// No row lost: every effect a tool made has its call's started row in the
+/// ledger (written before the tool ran), completed or still in doubt.
+pub(crate) async fn assert_every_effect_has_its_row(
+    client: &tokio_postgres::Client,
+    ledger: &PostgresLedger,
+) {
+    let effects = client
+        .query("SELECT run_id, call_id, kind FROM fleet_effects", &[])
+        .await
+        .unwrap();
+    assert!(!effects.is_empty(), "no effect at all");
+    for effect in &effects {
+        let (run, call): (String, String) = (effect.get(0), effect.get(1));
+        let row = ledger
+            .get(&RunId::from(run.clone()), &CallId::new(call.clone()))
+            .await
+            .unwrap()
+            .unwrap_or_else(|| panic!("an effect of {run}/{call} without its ledger row"));
+        assert_ne!(
+            row.status,
+            tinyagents::ledger::CallStatus::Deferred,
+            "{run}/{call} acted but is recorded as not having acted"
+        );
+    }
 }

@@ -279,7 +279,8 @@ async fn a_worker_whose_run_was_claimed_away_records_nothing_more() {
     assert_eq!((report.lost, report.completed), (1, 0), "{report:?}");
     assert!(
         report.fenced_writes >= 1,
-        "the settle was refused by the fence: {report:?}"
+        "the settle was refused by the fence: {report:?}, rows {:?}",
+        ledger.rows(&run).await
     );
     let row = ledger.rows(&run).await.unwrap();
     assert_eq!(row.len(), 1);

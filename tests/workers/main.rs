@@ -7,6 +7,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)] // tests
 
 mod agent;
+mod faults;
 mod fleet;
 mod lifecycle;
 

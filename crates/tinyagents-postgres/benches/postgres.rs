@@ -1,7 +1,8 @@
 //! The PostgreSQL backend measured on a cluster of its own (the tests'
 //! throwaway cluster, fsync on, `synchronous_commit = on`), beside the
-//! disk's fdatasync time and a raw durable commit round trip
-//! (`INSERT … ` in autocommit: the INSERT and its COMMIT in one round trip).
+//! disk's fdatasync time and a raw durable commit round trip: `BEGIN;
+//! INSERT …; COMMIT` sent together (one round trip, the issue's baseline),
+//! and a lone `INSERT` in autocommit beside it.
 //!
 //! A tool call is `record_started` (durable) + `record_settled` on a ledger
 //! fenced with the run's epoch, as a worker writes. Claims are measured
@@ -63,20 +64,37 @@ async fn bench() {
         .await
         .unwrap();
     let queue = RunQueue::open(&db).await.unwrap();
-    let raw = raw_commit(&url, 1_000).await;
+    let raw = raw_commit(&url, 1_000, true).await;
+    let autocommit = raw_commit(&url, 1_000, false).await;
     println!(
-        "raw commit round trip (INSERT in autocommit, median of 1000): {:.1} us",
-        micros(raw)
+        "raw commit round trip (BEGIN; INSERT; COMMIT sent together, median of 1000): {:.1} us; \
+         a lone INSERT in autocommit: {:.1} us",
+        micros(raw),
+        micros(autocommit)
     );
 
-    let ledger = PostgresLedger::open(&db).await.unwrap();
+    let ledger = Arc::new(PostgresLedger::open(&db).await.unwrap());
     let mut sequential = Vec::new();
     let mut ratios = Vec::new();
+    let mut unfenced_ratios = Vec::new();
     let mut concurrent = Vec::new();
     for rep in 0..REPS {
-        let raw_now = raw_commit(&url, 200).await;
+        let raw_now = raw_commit(&url, 200, true).await;
         let elapsed = drive(
             &ledger,
+            false,
+            &queue,
+            &url,
+            &format!("open{rep}"),
+            1,
+            SEQUENTIAL_CALLS,
+        )
+        .await;
+        let unfenced = elapsed / u32::try_from(SEQUENTIAL_CALLS).unwrap();
+        unfenced_ratios.push(unfenced.as_secs_f64() / raw_now.as_secs_f64());
+        let elapsed = drive(
+            &ledger,
+            true,
             &queue,
             &url,
             &format!("seq{rep}"),
@@ -89,6 +107,7 @@ async fn bench() {
         ratios.push(per_call.as_secs_f64() / raw_now.as_secs_f64());
         let elapsed = drive(
             &ledger,
+            true,
             &queue,
             &url,
             &format!("par{rep}"),
@@ -100,6 +119,10 @@ async fn bench() {
     }
     let per_call = median(&sequential);
     let ratio = median_f64(&mut ratios);
+    let unfenced_ratio = median_f64(&mut unfenced_ratios);
+    println!(
+        "ledger, 1 run, {SEQUENTIAL_CALLS} sequential calls, unfenced: {unfenced_ratio:.2} x the raw commit"
+    );
     let rate = median_f64(&mut concurrent);
     println!(
         "ledger, 1 run, {SEQUENTIAL_CALLS} sequential calls, reps={REPS}: median {:.1} us/call, \
@@ -135,7 +158,8 @@ async fn bench() {
 /// `runs` runs, each calling `calls` tools one after the other, on a ledger
 /// fenced with the run's epoch (the runs are queued and given epoch 1).
 async fn drive(
-    ledger: &PostgresLedger,
+    ledger: &Arc<PostgresLedger>,
+    fence: bool,
     queue: &RunQueue,
     url: &str,
     prefix: &str,
@@ -160,7 +184,12 @@ async fn drive(
             )
             .await
             .unwrap();
-        fenced.push((run.clone(), Arc::new(ledger.fenced(run, 1))));
+        let handle: Arc<dyn EffectLedger> = if fence {
+            Arc::new(ledger.fenced(run.clone(), 1))
+        } else {
+            Arc::clone(ledger) as Arc<dyn EffectLedger>
+        };
+        fenced.push((run, handle));
     }
     let start = Instant::now();
     let mut tasks = Vec::with_capacity(runs);
@@ -186,8 +215,9 @@ async fn drive(
     elapsed
 }
 
-/// One durable INSERT per round trip, `n` times; the median.
-async fn raw_commit(url: &str, n: usize) -> Duration {
+/// One durable INSERT per round trip, `n` times; the median. With
+/// `transaction`, `BEGIN`, the `INSERT` and `COMMIT` are sent together.
+async fn raw_commit(url: &str, n: usize, transaction: bool) -> Duration {
     let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
         .await
         .unwrap();
@@ -207,7 +237,19 @@ async fn raw_commit(url: &str, n: usize) -> Duration {
     for i in 0..n {
         let v = format!("row {i}");
         let start = Instant::now();
-        client.execute(&insert, &[&v]).await.unwrap();
+        if transaction {
+            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&v];
+            let (begun, inserted, committed) = tokio::join!(
+                client.batch_execute("BEGIN"),
+                client.execute(&insert, &params),
+                client.batch_execute("COMMIT")
+            );
+            begun.unwrap();
+            inserted.unwrap();
+            committed.unwrap();
+        } else {
+            client.execute(&insert, &[&v]).await.unwrap();
+        }
         times.push(start.elapsed());
     }
     median(&times)

@@ -11,6 +11,30 @@ use tokio_postgres::{Client, NoTls};
 
 use crate::error::{PgError, detail};
 
+/// The I/O of a connection, as a future its owner polls.
+pub(crate) type Driver = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+
+/// Awaits `work` on a client whose connection is `driver`, polling the
+/// connection meanwhile; once the connection has ended, `work` (which then
+/// fails) is awaited alone.
+pub(crate) async fn driven<T>(
+    driver: &mut Option<Driver>,
+    work: impl std::future::Future<Output = T>,
+) -> T {
+    let Some(connection) = driver.as_mut() else {
+        return work.await;
+    };
+    tokio::pin!(work);
+    tokio::select! {
+        biased;
+        out = &mut work => out,
+        () = connection => {
+            *driver = None;
+            work.await
+        }
+    }
+}
+
 /// How to reach the database and how much of it to use.
 #[derive(Debug, Clone)]
 pub struct PgOptions {
@@ -197,6 +221,26 @@ impl PgDatabase {
             }
         });
         Ok(client)
+    }
+
+    /// A connection of its own whose I/O its owner drives (polling the
+    /// returned [`Driver`] while it waits on the client), so that answers
+    /// reach it without a hop through another task.
+    pub(crate) async fn dedicated_driven(&self) -> Result<(Client, Driver), PgError> {
+        let (client, connection) =
+            self.config
+                .connect(NoTls)
+                .await
+                .map_err(|e| PgError::Unreachable {
+                    target: self.target.clone(),
+                    detail: detail(&e),
+                })?;
+        let driver: Driver = Box::pin(async move {
+            if let Err(err) = connection.await {
+                tracing::debug!(error = %err, "postgres connection closed");
+            }
+        });
+        Ok((client, driver))
     }
 
     /// Connection errors say where: this database.

@@ -9,6 +9,7 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, Row, Statement};
 
+use crate::database::{Driver, driven};
 use crate::error::{PgError, detail, is_read_only};
 
 /// Why a step of a request did not happen.
@@ -84,14 +85,24 @@ pub(crate) fn describe(
 pub(crate) struct Conn {
     client: Client,
     prepared: HashMap<&'static str, Statement>,
+    /// The connection's I/O, polled while the writer waits on the client.
+    driver: Option<Driver>,
 }
 
 impl Conn {
-    pub(crate) fn new(client: Client) -> Self {
+    pub(crate) fn new(client: Client, driver: Driver) -> Self {
         Self {
             client,
             prepared: HashMap::new(),
+            driver: Some(driver),
         }
+    }
+
+    /// The client and the driver of its connection, borrowed apart: for
+    /// statements sent together (pipelined), awaited through
+    /// [`driven`](crate::database::driven).
+    pub(crate) fn parts(&mut self) -> (&Client, &mut Option<Driver>) {
+        (&self.client, &mut self.driver)
     }
 
     /// Whether the connection is known to be gone.
@@ -100,15 +111,19 @@ impl Conn {
     }
 
     /// Runs `sql` by the simple protocol (BEGIN, COMMIT, ROLLBACK).
-    pub(crate) async fn batch(&self, sql: &str) -> Result<(), tokio_postgres::Error> {
-        self.client.batch_execute(sql).await
+    pub(crate) async fn batch(&mut self, sql: &str) -> Result<(), tokio_postgres::Error> {
+        driven(&mut self.driver, self.client.batch_execute(sql)).await
     }
 
-    async fn statement(&mut self, sql: &'static str) -> Result<Statement, tokio_postgres::Error> {
+    /// `sql` prepared on this connection (once).
+    pub(crate) async fn statement(
+        &mut self,
+        sql: &'static str,
+    ) -> Result<Statement, tokio_postgres::Error> {
         if let Some(statement) = self.prepared.get(sql) {
             return Ok(statement.clone());
         }
-        let statement = self.client.prepare(sql).await?;
+        let statement = driven(&mut self.driver, self.client.prepare(sql)).await?;
         self.prepared.insert(sql, statement.clone());
         Ok(statement)
     }
@@ -122,8 +137,7 @@ impl Conn {
     ) -> Result<u64, Fail> {
         let sql_fail = |error| Fail::Sql { operation, error };
         let statement = self.statement(sql).await.map_err(sql_fail)?;
-        self.client
-            .execute(&statement, params)
+        driven(&mut self.driver, self.client.execute(&statement, params))
             .await
             .map_err(sql_fail)
     }
@@ -137,8 +151,7 @@ impl Conn {
     ) -> Result<Vec<Row>, Fail> {
         let sql_fail = |error| Fail::Sql { operation, error };
         let statement = self.statement(sql).await.map_err(sql_fail)?;
-        self.client
-            .query(&statement, params)
+        driven(&mut self.driver, self.client.query(&statement, params))
             .await
             .map_err(sql_fail)
     }
@@ -152,8 +165,7 @@ impl Conn {
     ) -> Result<Option<Row>, Fail> {
         let sql_fail = |error| Fail::Sql { operation, error };
         let statement = self.statement(sql).await.map_err(sql_fail)?;
-        self.client
-            .query_opt(&statement, params)
+        driven(&mut self.driver, self.client.query_opt(&statement, params))
             .await
             .map_err(sql_fail)
     }
@@ -167,8 +179,7 @@ impl Conn {
     ) -> Result<Row, Fail> {
         let sql_fail = |error| Fail::Sql { operation, error };
         let statement = self.statement(sql).await.map_err(sql_fail)?;
-        self.client
-            .query_one(&statement, params)
+        driven(&mut self.driver, self.client.query_one(&statement, params))
             .await
             .map_err(sql_fail)
     }

@@ -2,12 +2,14 @@
 //! run it claimed, and are refused once another worker claimed the run
 //! since (a higher epoch in `tinyagents_runs`).
 //!
-//! The writer checks a fence the first time its open transaction meets it:
-//! `SELECT epoch … FOR KEY SHARE` on the claimed run's row, a lock held to
-//! the commit, so a claim (which takes the row `FOR UPDATE SKIP LOCKED`
-//! before it bumps the epoch) skips the run rather than interleave with
-//! the writes that passed. A fenced-out write changes nothing; the other
-//! requests of the batch are unaffected. Reads are not fenced.
+//! A fenced write checks the run's epoch and locks the run's row
+//! `FOR KEY SHARE` to the commit, in its own statement (the pipelined
+//! started and settled rows: `WITH held AS (…)`, `store.rs`) or, on the
+//! one-by-one path, in `SELECT epoch … FOR KEY SHARE` the first time the
+//! open transaction meets the fence. A claim takes the row `FOR UPDATE
+//! SKIP LOCKED` before it bumps the epoch, so it skips the run rather than
+//! interleave with writes that passed. A fenced-out write changes nothing;
+//! the other requests of the batch are unaffected. Reads are not fenced.
 //!
 //! The fence names the claimed run, not the row's run: a worker's fenced
 //! handle writes every run its run touches (delegated child runs
@@ -20,7 +22,10 @@ use tinyagents_ledger::{
     Resolve, RunState, StartedRow, Timestamp,
 };
 
-use std::sync::Arc;
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use tokio::sync::oneshot;
 
 use super::conn::{Conn, Fail, column};
 use super::handle::Core;
@@ -59,14 +64,23 @@ pub(crate) async fn check_fence(conn: &mut Conn, fence: &Fence) -> Result<(), Fa
 /// [`LedgerError::Fenced`] once the run's epoch moved on; reads are not
 /// fenced.
 ///
-/// Every settle waits for the writer's verdict (unlike the unfenced
-/// handle's settles of calls in flight), so a fenced-out worker learns it
-/// at once. Its `flush` reports the background failures of every handle of
-/// the ledger.
+/// A settle of a call this handle started is queued without waiting, as
+/// the unfenced handle's are, to ride on the next commit; its verdict (a
+/// refusal of the fence, say) is kept for this handle: its next
+/// [`flush`](EffectLedger::flush) reports it, as does
+/// [`take_background_failures`](Self::take_background_failures). Its
+/// `flush` also reports the background failures of the ledger's other
+/// handles.
 #[derive(Clone)]
 pub struct FencedLedger {
     core: Arc<Core>,
     fence: Fence,
+    /// Calls this handle started and has not settled: their settle is
+    /// queued without waiting, to ride on the next commit.
+    in_flight: Arc<Mutex<HashSet<(RunId, CallId)>>>,
+    /// The verdicts of those settles, read by [`flush`](EffectLedger::flush)
+    /// and [`take_background_failures`](Self::take_background_failures).
+    verdicts: Arc<Mutex<Vec<oneshot::Receiver<LedgerResult<()>>>>>,
 }
 
 impl std::fmt::Debug for FencedLedger {
@@ -84,7 +98,51 @@ impl FencedLedger {
         Self {
             core,
             fence: Fence { run, epoch },
+            in_flight: Arc::default(),
+            verdicts: Arc::default(),
         }
+    }
+
+    /// Waits until every write sent so far is applied and durable, and
+    /// returns the failures that brings: the ledger's background failures
+    /// (as one [`LedgerError::Deferred`]) and this handle's settles that
+    /// failed (a refusal of the fence, say), each reported once.
+    pub async fn settle_verdicts(&self) -> Vec<LedgerError> {
+        let mut failures = Vec::new();
+        if let Err(err) = self.core.flush().await {
+            failures.push(err);
+        }
+        failures.extend(self.take_background_failures());
+        failures
+    }
+
+    /// The failures of this handle's settles queued without waiting whose
+    /// verdict has come (a refusal of the fence, a storage failure), taken:
+    /// each is reported once. Verdicts still to come stay.
+    pub fn take_background_failures(&self) -> Vec<LedgerError> {
+        let mut verdicts = self.verdicts.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut failures = Vec::new();
+        verdicts.retain_mut(|verdict| match verdict.try_recv() {
+            Ok(Ok(())) => false,
+            Ok(Err(err)) => {
+                failures.push(err);
+                false
+            }
+            Err(oneshot::error::TryRecvError::Empty) => true,
+            Err(oneshot::error::TryRecvError::Closed) => {
+                failures.push(LedgerError::Closed {
+                    detail: "the writer stopped before answering a settle".into(),
+                });
+                false
+            }
+        });
+        failures
+    }
+
+    fn in_flight(&self) -> MutexGuard<'_, HashSet<(RunId, CallId)>> {
+        self.in_flight
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     /// The claimed run and the epoch this handle's writes carry.
@@ -100,7 +158,10 @@ impl FencedLedger {
 #[async_trait]
 impl EffectLedger for FencedLedger {
     async fn record_started(&self, row: StartedRow) -> LedgerResult<()> {
-        self.core.started(row, self.lease()).await
+        let key = (row.run_id.clone(), row.call_id.clone());
+        self.core.started(row, self.lease()).await?;
+        self.in_flight().insert(key);
+        Ok(())
     }
 
     async fn record_settled(
@@ -109,9 +170,26 @@ impl EffectLedger for FencedLedger {
         call: &CallId,
         outcome: &Outcome,
     ) -> LedgerResult<()> {
-        self.core
-            .settled(run, call, outcome, self.lease(), true)
-            .await
+        // Started through this handle and not settled since: queued, to
+        // ride on the next commit; a refusal (the fence, storage) is
+        // reported by the next flush, and the run's next write meets the
+        // fence itself. Otherwise, wait for the writer's verdict.
+        let known = self.in_flight().remove(&(run.clone(), call.clone()));
+        if !known {
+            return self
+                .core
+                .settled(run, call, outcome, self.lease(), true)
+                .await;
+        }
+        let verdict = self
+            .core
+            .settled_detached(run, call, outcome, self.lease())
+            .await?;
+        self.verdicts
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(verdict);
+        Ok(())
     }
 
     async fn unresolved(&self, run: &RunId) -> LedgerResult<Vec<LedgerRow>> {
@@ -123,7 +201,9 @@ impl EffectLedger for FencedLedger {
     }
 
     async fn resolve(&self, run: &RunId, call: &CallId, resolve: &Resolve) -> LedgerResult<()> {
-        self.core.resolve(run, call, resolve, self.lease()).await
+        self.core.resolve(run, call, resolve, self.lease()).await?;
+        self.in_flight().remove(&(run.clone(), call.clone()));
+        Ok(())
     }
 
     async fn get(&self, run: &RunId, call: &CallId) -> LedgerResult<Option<LedgerRow>> {
@@ -168,7 +248,9 @@ impl EffectLedger for FencedLedger {
     }
 
     async fn mark_run_finished(&self, run: &RunId) -> LedgerResult<()> {
-        self.core.finish(run, self.lease()).await
+        self.core.finish(run, self.lease()).await?;
+        self.in_flight().retain(|(r, _)| r != run);
+        Ok(())
     }
 
     async fn prune_finished(&self, finished_before: Timestamp) -> LedgerResult<PruneReport> {
@@ -176,7 +258,17 @@ impl EffectLedger for FencedLedger {
     }
 
     async fn flush(&self) -> LedgerResult<()> {
-        self.core.flush().await
+        let flushed = self.core.flush().await;
+        // Every settle queued before the flush has its verdict now.
+        let mut failures = self.take_background_failures();
+        if flushed.is_err() || failures.is_empty() {
+            return flushed;
+        }
+        let count = failures.len();
+        Err(LedgerError::Deferred {
+            count,
+            first: Box::new(failures.swap_remove(0)),
+        })
     }
 
     fn max_result_bytes(&self) -> usize {

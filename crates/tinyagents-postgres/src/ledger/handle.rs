@@ -106,6 +106,7 @@ impl Core {
                     result,
                     fence,
                     reply: None,
+                    detached: false,
                 })
                 .await;
         }
@@ -116,8 +117,34 @@ impl Core {
             result,
             fence,
             reply: Some(reply),
+            detached: false,
         })
         .await
+    }
+
+    /// Queues a settle with a reply its caller reads later (or never): the
+    /// writer's verdict without waiting for it.
+    pub(crate) async fn settled_detached(
+        &self,
+        run: &RunId,
+        call: &CallId,
+        outcome: &Outcome,
+        fence: Option<Fence>,
+    ) -> LedgerResult<oneshot::Receiver<LedgerResult<()>>> {
+        storable_ids("record_settled", run, Some(call))?;
+        let (status, result) = StoredResult::from_outcome(outcome, self.max_result_bytes);
+        let (reply, answer) = oneshot::channel();
+        self.send(Request::Settled {
+            run: run.clone(),
+            call: call.clone(),
+            status,
+            result,
+            fence,
+            reply: Some(reply),
+            detached: true,
+        })
+        .await?;
+        Ok(answer)
     }
 
     pub(crate) async fn rows(&self, run: &RunId, unresolved: bool) -> LedgerResult<Vec<LedgerRow>> {

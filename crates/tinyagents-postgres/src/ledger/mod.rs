@@ -151,6 +151,9 @@ impl PostgresLedger {
         schema::ensure(&mut client)
             .await
             .map_err(|err| open_error(database, err))?;
+        drop(client);
+        // The writer's own connection, whose I/O it drives itself.
+        let (client, driver) = database.dedicated_driven().await?;
         let (tx, rx) = mpsc::channel(IN_FLIGHT);
         let deferred = Arc::new(Deferred::default());
         let core = Arc::new(Core {
@@ -165,7 +168,7 @@ impl PostgresLedger {
         };
         let writer = Writer::new(
             database.clone(),
-            Conn::new(client),
+            Conn::new(client, driver),
             options.clock,
             tuning,
             deferred,

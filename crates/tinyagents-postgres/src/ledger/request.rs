@@ -23,7 +23,8 @@ pub(crate) enum Request {
         reply: Reply<()>,
     },
     /// `reply` is `None` when the caller did not wait (a call it knew to
-    /// be in flight): a failure then goes to the deferred errors.
+    /// be in flight): a failure then goes to the deferred errors. With
+    /// `detached`, nobody waits on `reply` either: it is read later.
     Settled {
         run: RunId,
         call: CallId,
@@ -31,6 +32,7 @@ pub(crate) enum Request {
         result: StoredResult,
         fence: Option<Fence>,
         reply: Option<Reply<()>>,
+        detached: bool,
     },
     SaveCheckpoint {
         run: RunId,
@@ -107,5 +109,16 @@ pub(crate) fn reject(request: Request, err: LedgerError, deferred: &Deferred) {
         Request::InDoubt(reply) => drop(reply.send(Err(err))),
         Request::LoadCheckpoint(_, reply) => drop(reply.send(Err(err))),
         Request::RunState(_, reply) => drop(reply.send(Err(err))),
+    }
+}
+
+impl Request {
+    /// Whether nobody waits on this request's answer now: a settle of a
+    /// call known to be in flight.
+    pub(crate) fn is_unwaited(&self) -> bool {
+        matches!(
+            self,
+            Self::Settled { reply: None, .. } | Self::Settled { detached: true, .. }
+        )
     }
 }

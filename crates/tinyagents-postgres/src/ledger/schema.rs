@@ -61,8 +61,10 @@ pub(crate) const MIGRATIONS: &[&str] = &[
         resolved_by TEXT,
         resolved_at BIGINT,
         resolved_note TEXT,
-        PRIMARY KEY (seq),
-        UNIQUE (run_id, call_id)
+        -- One index for the rows: a settle changes `status`, so it is never
+        -- a HOT update, and every index costs it an entry (`seq` orders a
+        -- run's rows in a sort, without one of its own).
+        PRIMARY KEY (run_id, call_id)
     );
     CREATE TABLE tinyagents_checkpoints (
         run_id TEXT COLLATE \"C\" PRIMARY KEY,

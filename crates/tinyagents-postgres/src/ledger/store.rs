@@ -15,10 +15,12 @@ use tinyagents_ledger::{
     CallStatus, Effect, InDoubt, LedgerRow, Resolution, Resolve, ResolvedBy, StartedRow,
     StoredResult, Timestamp,
 };
-use tokio_postgres::Row;
+use tokio_postgres::types::ToSql;
+use tokio_postgres::{Client, Row, Statement};
 
 use super::conn::{Conn, Fail, column, storage};
 use super::schema::unresolved_predicate;
+use crate::database::driven;
 
 /// The columns of a row, in the order [`decode`] reads them.
 macro_rules! row_columns {
@@ -32,7 +34,7 @@ macro_rules! row_columns {
 /// How many columns [`row_columns`] names.
 const ROW_WIDTH: usize = 20;
 
-const INSERT_STARTED: &str = "INSERT INTO tinyagents_calls (run_id, call_id, parent_call_id, \
+pub(crate) const INSERT_STARTED: &str = "INSERT INTO tinyagents_calls (run_id, call_id, parent_call_id, \
      tool_name, args_hash, replay, status, attempts, started_at) \
      SELECT $1::text, $2::text, $3::text, $4::text, $5::text, $6::text, 'started', 1, $7::bigint \
      WHERE NOT EXISTS (SELECT 1 FROM tinyagents_ledger_runs \
@@ -44,7 +46,26 @@ const RESTART: &str = "UPDATE tinyagents_calls SET status = 'started', attempts 
      control = NULL, original_bytes = NULL, truncated = NULL \
      WHERE run_id = $1 AND call_id = $2";
 
-const SETTLE: &str = "UPDATE tinyagents_calls SET status = $3, settled_at = $4, content = $5, \
+/// [`INSERT_STARTED`] under a fence (`$8` the claimed run, `$9` its epoch):
+/// inserts only while the run is held at that epoch, locking its row to
+/// the commit as the fence check does (`fence.rs`).
+pub(crate) const INSERT_STARTED_FENCED: &str = "WITH held AS (SELECT 1 FROM tinyagents_runs \
+     WHERE id = $8::text AND epoch = $9::bigint FOR KEY SHARE) \
+     INSERT INTO tinyagents_calls (run_id, call_id, parent_call_id, \
+     tool_name, args_hash, replay, status, attempts, started_at) \
+     SELECT $1::text, $2::text, $3::text, $4::text, $5::text, $6::text, 'started', 1, $7::bigint \
+     FROM held WHERE NOT EXISTS (SELECT 1 FROM tinyagents_ledger_runs \
+         WHERE run_id = $1::text AND finished_at IS NOT NULL) \
+     ON CONFLICT (run_id, call_id) DO NOTHING";
+
+/// [`SETTLE`] under a fence (`$11` the claimed run, `$12` its epoch).
+pub(crate) const SETTLE_FENCED: &str = "WITH held AS (SELECT 1 FROM tinyagents_runs \
+     WHERE id = $11::text AND epoch = $12::bigint FOR KEY SHARE) \
+     UPDATE tinyagents_calls SET status = $3, settled_at = $4, content = $5, \
+     is_error = $6, metadata = $7, control = $8, original_bytes = $9, truncated = $10 \
+     FROM held WHERE run_id = $1 AND call_id = $2 AND status = 'started'";
+
+pub(crate) const SETTLE: &str = "UPDATE tinyagents_calls SET status = $3, settled_at = $4, content = $5, \
      is_error = $6, metadata = $7, control = $8, original_bytes = $9, truncated = $10 \
      WHERE run_id = $1 AND call_id = $2 AND status = 'started'";
 
@@ -103,22 +124,15 @@ pub(crate) fn timestamp(millis: i64) -> Timestamp {
 /// [`backend::check_start`] decides.
 pub(crate) async fn start(conn: &mut Conn, row: &StartedRow, now: Timestamp) -> Result<(), Fail> {
     let op = "record_started";
-    let parent = row.parent_call_id.as_ref().map(CallId::as_str);
-    let inserted = conn
-        .execute(
-            op,
-            INSERT_STARTED,
-            &[
-                &row.run_id.as_str(),
-                &row.call_id.as_str(),
-                &parent,
-                &row.tool_name,
-                &row.args_hash,
-                &backend::replay_str(row.replay),
-                &millis(now),
-            ],
-        )
-        .await?;
+    let sql_fail = |error| Fail::Sql {
+        operation: op,
+        error,
+    };
+    let insert = conn.statement(INSERT_STARTED).await.map_err(sql_fail)?;
+    let (client, driver) = conn.parts();
+    let inserted = driven(driver, try_start(client, &insert, row, now, None))
+        .await
+        .map_err(sql_fail)?;
     if inserted == 1 {
         return Ok(());
     }
@@ -141,6 +155,87 @@ pub(crate) async fn start(conn: &mut Conn, row: &StartedRow, now: Timestamp) -> 
     }
 }
 
+/// The fast path of a start ([`INSERT_STARTED`]): 1 when it inserted a new
+/// row, 0 when a row exists or the run is finished (then [`start`] decides
+/// from what is stored).
+///
+/// With `fence` (the claimed run and its epoch), `insert` is
+/// [`INSERT_STARTED_FENCED`], and 0 may also mean the fence was refused.
+pub(crate) async fn try_start(
+    client: &Client,
+    insert: &Statement,
+    row: &StartedRow,
+    now: Timestamp,
+    fence: Option<(&str, i64)>,
+) -> Result<u64, tokio_postgres::Error> {
+    let parent = row.parent_call_id.as_ref().map(CallId::as_str);
+    let (run, call, replay, at) = (
+        row.run_id.as_str(),
+        row.call_id.as_str(),
+        backend::replay_str(row.replay),
+        millis(now),
+    );
+    let mut params: Vec<&(dyn ToSql + Sync)> = vec![
+        &run,
+        &call,
+        &parent,
+        &row.tool_name,
+        &row.args_hash,
+        &replay,
+        &at,
+    ];
+    if let Some((fence_run, epoch)) = &fence {
+        params.push(fence_run);
+        params.push(epoch);
+    }
+    client.execute(insert, &params).await
+}
+
+/// The fast path of a settle ([`SETTLE`]): 1 when it settled a started row,
+/// 0 otherwise (then [`settle`] tells why).
+///
+/// With `fence`, `statement` is [`SETTLE_FENCED`], and 0 may also mean the
+/// fence was refused.
+#[allow(clippy::too_many_arguments)] // the row's fields, as the statement binds them
+pub(crate) async fn try_settle(
+    client: &Client,
+    statement: &Statement,
+    run: &RunId,
+    call: &CallId,
+    status: CallStatus,
+    result: &StoredResult,
+    now: Timestamp,
+    fence: Option<(&str, i64)>,
+) -> Result<u64, tokio_postgres::Error> {
+    let metadata = result.metadata.as_ref().map(ToString::to_string);
+    let control = result.control.map(backend::control_str);
+    let original = i64::try_from(result.original_bytes).unwrap_or(i64::MAX);
+    let (run, call, status, at, content) = (
+        run.as_str(),
+        call.as_str(),
+        status.as_str(),
+        millis(now),
+        result.content.as_bytes(),
+    );
+    let mut params: Vec<&(dyn ToSql + Sync)> = vec![
+        &run,
+        &call,
+        &status,
+        &at,
+        &content,
+        &result.is_error,
+        &metadata,
+        &control,
+        &original,
+        &result.truncated,
+    ];
+    if let Some((fence_run, epoch)) = &fence {
+        params.push(fence_run);
+        params.push(epoch);
+    }
+    client.execute(statement, &params).await
+}
+
 /// Settles a started row.
 pub(crate) async fn settle(
     conn: &mut Conn,
@@ -151,27 +246,18 @@ pub(crate) async fn settle(
     now: Timestamp,
 ) -> Result<(), Fail> {
     let op = "record_settled";
-    let metadata = result.metadata.as_ref().map(ToString::to_string);
-    let control = result.control.map(backend::control_str);
-    let original = i64::try_from(result.original_bytes).unwrap_or(i64::MAX);
-    let updated = conn
-        .execute(
-            op,
-            SETTLE,
-            &[
-                &run.as_str(),
-                &call.as_str(),
-                &status.as_str(),
-                &millis(now),
-                &result.content.as_bytes(),
-                &result.is_error,
-                &metadata,
-                &control,
-                &original,
-                &result.truncated,
-            ],
-        )
-        .await?;
+    let sql_fail = |error| Fail::Sql {
+        operation: op,
+        error,
+    };
+    let statement = conn.statement(SETTLE).await.map_err(sql_fail)?;
+    let (client, driver) = conn.parts();
+    let updated = driven(
+        driver,
+        try_settle(client, &statement, run, call, status, result, now, None),
+    )
+    .await
+    .map_err(sql_fail)?;
     if updated == 1 {
         return Ok(());
     }

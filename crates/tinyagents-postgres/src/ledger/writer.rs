@@ -25,6 +25,7 @@
 //! held is reported as above, never dropped silently.
 
 mod apply;
+mod pipeline;
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -44,6 +45,10 @@ pub(crate) struct Tuning {
     pub(crate) max_batch: usize,
     pub(crate) linger: Duration,
 }
+
+/// How long a batch of settles nobody waits on waits for company (the
+/// timer's resolution: a millisecond).
+const GATHER: Duration = Duration::from_millis(1);
 
 /// The pauses before each try to reconnect: three tries over about a second.
 const RECONNECT_PAUSES: [Duration; 3] = [
@@ -120,8 +125,23 @@ impl Writer {
                     Err(_) => break,
                 }
             }
+            if self.txn.opened.is_none() && batch.iter().all(Request::is_unwaited) {
+                // Nobody waits on these settles: give the request that
+                // usually follows at once (the caller's next start) a
+                // moment to join them, so that both go in one round trip.
+                if let Ok(Some(next)) = tokio::time::timeout(GATHER, rx.recv()).await {
+                    batch.push(next);
+                    while batch.len() < max_batch {
+                        match rx.try_recv() {
+                            Ok(request) => batch.push(request),
+                            Err(_) => break,
+                        }
+                    }
+                }
+            }
             self.down = None;
-            for request in batch.drain(..) {
+            let batch_left = self.pipeline(std::mem::take(&mut batch)).await;
+            for request in batch_left {
                 match request {
                     Request::Shutdown(reply) => shutdown = Some(reply),
                     request => self.apply(request).await,
@@ -258,7 +278,7 @@ impl Writer {
         if lost {
             self.conn = None;
         } else if txn.opened.is_some()
-            && let Some(conn) = &self.conn
+            && let Some(conn) = &mut self.conn
             && conn.batch("ROLLBACK").await.is_err()
         {
             self.conn = None;
@@ -287,7 +307,7 @@ impl Writer {
     /// Commits the open transaction (if any) and answers the owed replies.
     async fn commit(&mut self) -> LedgerResult<()> {
         let txn = std::mem::take(&mut self.txn);
-        let result = match (txn.opened, &self.conn) {
+        let result = match (txn.opened, &mut self.conn) {
             (None, _) => Ok(()),
             // Every path that drops the connection takes the transaction.
             (Some(_), None) => Err(storage(
@@ -351,13 +371,13 @@ async fn reconnect(
     let mut last = None;
     for pause in RECONNECT_PAUSES {
         tokio::time::sleep(pause).await;
-        match database.dedicated().await {
-            Ok(client) => {
+        match database.dedicated_driven().await {
+            Ok((client, driver)) => {
                 tracing::info!(
                     database = database.target(),
                     "the ledger reconnected to PostgreSQL"
                 );
-                return Ok(Conn::new(client));
+                return Ok(Conn::new(client, driver));
             }
             Err(err) => last = Some(err),
         }

@@ -45,10 +45,9 @@ pub(crate) struct ClaimLimits {
     pub(crate) lease: Duration,
 }
 
-const RETURNING: &str = "RETURNING r.id, r.epoch, r.attempts, r.request, r.suspended, r.decisions";
-
 /// Claims up to `limits.room` runs for `owner`: first runs whose lease
-/// expired (their owner is gone or stopped), then queued runs, oldest first.
+/// expired (their owner is gone or stopped), then queued runs, oldest
+/// first ([`CLAIM`]).
 pub(crate) async fn claim(
     db: &PgDatabase,
     owner: &str,
@@ -57,76 +56,73 @@ pub(crate) async fn claim(
     if limits.room == 0 {
         return Ok(Vec::new());
     }
-    let mut client = db.pooled().await?;
-    let tx = client
-        .transaction()
-        .await
-        .map_err(|e| PgError::query("begin claim", e))?;
-    let mut room = i64::try_from(limits.room).unwrap_or(i64::MAX);
-    if let Some(global) = limits.global {
-        // Serialised, so that two workers cannot both take the last place.
-        tx.execute("SELECT pg_advisory_xact_lock($1)", &[&CLAIM_LOCK])
-            .await
-            .map_err(|e| PgError::query("lock claims", e))?;
-        let running: i64 = tx
-            .query_one(
-                "SELECT count(*) FROM tinyagents_runs \
-                 WHERE status = 'running' AND lease_until > now()",
-                &[],
-            )
-            .await
-            .map_err(|e| PgError::query("count running runs", e))?
-            .get(0);
-        room = room.min(
-            i64::try_from(global)
-                .unwrap_or(i64::MAX)
-                .saturating_sub(running),
-        );
-    }
+    let room = i64::try_from(limits.room).unwrap_or(i64::MAX);
     let lease_secs = limits.lease.as_secs_f64();
-    let mut claimed = Vec::new();
-    if room > 0 {
-        let expired = tx
-            .query(
-                &format!(
-                    "UPDATE tinyagents_runs r SET owner = $1, \
-                     lease_until = now() + $2::float8 * interval '1 second', \
-                     epoch = r.epoch + 1, attempts = r.attempts + 1 \
-                     FROM (SELECT id FROM tinyagents_runs \
-                           WHERE status = 'running' AND lease_until < now() \
-                           ORDER BY lease_until LIMIT $3 FOR UPDATE SKIP LOCKED) n \
-                     WHERE r.id = n.id {RETURNING}"
-                ),
-                &[&owner, &lease_secs, &room],
-            )
+    let mut client = db.pooled().await?;
+    let rows = match limits.global {
+        // One statement, one round trip.
+        None => client
+            .query(CLAIM, &[&owner, &lease_secs, &room])
             .await
-            .map_err(|e| PgError::query("claim expired runs", e))?;
-        room -= i64::try_from(expired.len()).unwrap_or(0);
-        claimed.extend(expired);
-    }
-    if room > 0 {
-        let queued = tx
-            .query(
-                &format!(
-                    "UPDATE tinyagents_runs r SET status = 'running', owner = $1, \
-                     lease_until = now() + $2::float8 * interval '1 second', \
-                     epoch = r.epoch + 1, attempts = r.attempts + 1, \
-                     started_at = coalesce(r.started_at, now()) \
-                     FROM (SELECT id FROM tinyagents_runs WHERE status = 'queued' \
-                           ORDER BY queued_at, id LIMIT $3 FOR UPDATE SKIP LOCKED) n \
-                     WHERE r.id = n.id {RETURNING}"
-                ),
-                &[&owner, &lease_secs, &room],
-            )
-            .await
-            .map_err(|e| PgError::query("claim queued runs", e))?;
-        claimed.extend(queued);
-    }
-    tx.commit()
-        .await
-        .map_err(|e| PgError::query("commit claim", e))?;
-    claimed.iter().map(decode_claim).collect()
+            .map_err(|e| PgError::query("claim runs", e))?,
+        Some(global) => {
+            // Serialised, so that two workers cannot both take the last
+            // place.
+            let tx = client
+                .transaction()
+                .await
+                .map_err(|e| PgError::query("begin claim", e))?;
+            tx.execute("SELECT pg_advisory_xact_lock($1)", &[&CLAIM_LOCK])
+                .await
+                .map_err(|e| PgError::query("lock claims", e))?;
+            let running: i64 = tx
+                .query_one(
+                    "SELECT count(*) FROM tinyagents_runs \
+                     WHERE status = 'running' AND lease_until > now()",
+                    &[],
+                )
+                .await
+                .map_err(|e| PgError::query("count running runs", e))?
+                .get(0);
+            let global = i64::try_from(global).unwrap_or(i64::MAX);
+            let room = room.min(global.saturating_sub(running));
+            let rows = if room > 0 {
+                tx.query(CLAIM, &[&owner, &lease_secs, &room])
+                    .await
+                    .map_err(|e| PgError::query("claim runs", e))?
+            } else {
+                Vec::new()
+            };
+            tx.commit()
+                .await
+                .map_err(|e| PgError::query("commit claim", e))?;
+            rows
+        }
+    };
+    rows.iter().map(decode_claim).collect()
 }
+
+/// Claims up to `$3` runs for `$1` with a lease of `$2` seconds: runs whose
+/// lease expired first, then queued runs, oldest first; each locked
+/// `FOR UPDATE SKIP LOCKED` (taken by one claimer only, and skipped while a
+/// ledger transaction of its owner holds it), its epoch and attempts
+/// incremented.
+const CLAIM: &str = "WITH expired AS ( \
+         SELECT id, 0 AS pass, lease_until AS at FROM tinyagents_runs \
+         WHERE status = 'running' AND lease_until < now() \
+         ORDER BY lease_until LIMIT $3 FOR UPDATE SKIP LOCKED), \
+     queued AS ( \
+         SELECT id, 1 AS pass, queued_at AS at FROM tinyagents_runs WHERE status = 'queued' \
+         ORDER BY queued_at, id LIMIT $3 FOR UPDATE SKIP LOCKED), \
+     picked AS ( \
+         SELECT id FROM (SELECT * FROM expired UNION ALL SELECT * FROM queued) c \
+         ORDER BY pass, at, id LIMIT $3) \
+     UPDATE tinyagents_runs r SET status = 'running', owner = $1, \
+         lease_until = now() + $2::float8 * interval '1 second', \
+         epoch = r.epoch + 1, attempts = r.attempts + 1, \
+         started_at = coalesce(r.started_at, now()) \
+     FROM picked WHERE r.id = picked.id \
+     RETURNING r.id, r.epoch, r.attempts, r.request, r.suspended, r.decisions";
 
 fn decode_claim(row: &Row) -> Result<Claimed, QueueError> {
     let run_id = RunId::from(row.get::<_, String>(0));

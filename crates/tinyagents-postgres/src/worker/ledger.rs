@@ -11,11 +11,13 @@
 //!   fresh start under the same id: nothing of the run acted, and the lease
 //!   says the run is this worker's now.
 //!
-//! It also counts the writes the fence refused, for the worker's report.
+//! A write the fence refused (another worker claimed the run) stops the run
+//! at once: the harness would otherwise go on asking its model with every
+//! call refused. The refusals are counted for the worker's report.
 
 use async_trait::async_trait;
 use parking_lot::Mutex;
-use tinyagents_core::{CallId, RunId};
+use tinyagents_core::{CallId, CancellationToken, RunId};
 use tinyagents_ledger::{
     Checkpoint, EffectLedger, InDoubt, LedgerError, LedgerResult, LedgerRow, Outcome, PruneReport,
     Resolve, RunState, StartedRow, Timestamp,
@@ -31,13 +33,16 @@ pub(crate) struct RunLedger {
     finish_asked: Mutex<bool>,
     /// Writes refused because another worker claimed the run.
     fenced: std::sync::atomic::AtomicU64,
+    /// The run's token: cancelled on the first refusal.
+    stop: CancellationToken,
 }
 
 impl RunLedger {
-    pub(crate) fn new(inner: FencedLedger, run: RunId) -> Self {
+    pub(crate) fn new(inner: FencedLedger, run: RunId, stop: CancellationToken) -> Self {
         Self {
             inner,
             run,
+            stop,
             finish_asked: Mutex::new(false),
             fenced: std::sync::atomic::AtomicU64::new(0),
         }
@@ -48,13 +53,40 @@ impl RunLedger {
         self.fenced.load(std::sync::atomic::Ordering::Relaxed)
     }
 
-    /// `result`, counted when the fence refused it.
+    /// `result`, counted when the fence refused it, and so are the settles
+    /// queued without waiting that the fence has refused since.
     fn counted<T>(&self, result: LedgerResult<T>) -> LedgerResult<T> {
         if let Err(LedgerError::Fenced { .. }) = &result {
-            self.fenced
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            self.refused();
         }
+        self.take_background_failures();
         result
+    }
+
+    /// Counts the background failures of the run's settles; a refusal of
+    /// the fence stops the run.
+    pub(crate) fn take_background_failures(&self) {
+        for failure in self.inner.take_background_failures() {
+            if matches!(failure, LedgerError::Fenced { .. }) {
+                self.refused();
+            } else {
+                tracing::warn!(run = %self.run, error = %failure, "a settle failed in the background");
+            }
+        }
+    }
+
+    /// Once the run has ended: waits for the verdicts of its last settles,
+    /// and counts them as [`flush`](EffectLedger::flush) does.
+    pub(crate) async fn finish_background(&self) {
+        if let Err(err) = self.flush().await {
+            tracing::warn!(run = %self.run, error = %err, "writes of the run failed in the background");
+        }
+    }
+
+    fn refused(&self) {
+        self.fenced
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.stop.cancel();
     }
 
     /// Marks the claimed run finished if the harness asked to: called once
@@ -159,7 +191,21 @@ impl EffectLedger for RunLedger {
     }
 
     async fn flush(&self) -> LedgerResult<()> {
-        self.inner.flush().await
+        // The handle's flush, with its settles' refusals counted.
+        let mut failures = self.inner.settle_verdicts().await;
+        for failure in &failures {
+            if matches!(failure, LedgerError::Fenced { .. }) {
+                self.refused();
+            }
+        }
+        if failures.is_empty() {
+            return Ok(());
+        }
+        let count = failures.len();
+        Err(LedgerError::Deferred {
+            count,
+            first: Box::new(failures.swap_remove(0)),
+        })
     }
 
     fn max_result_bytes(&self) -> usize {

@@ -206,9 +206,15 @@ impl Worker {
         }
         heart.abort();
         let flushed = shared.ledger.flush().await;
+        if let Err(err) = flushed {
+            // Writes queued without waiting that failed: settles refused by
+            // the fence (runs lost to another worker) or lost with a
+            // connection. Their rows stay in doubt, in view; nothing here
+            // can mend them.
+            tracing::warn!(error = %err, worker = %self.id, "ledger writes failed in the background");
+        }
         let report = *shared.report.lock();
         result?;
-        flushed?;
         Ok(report)
     }
 
@@ -344,6 +350,7 @@ async fn execute(shared: Arc<Shared>, run: Claimed, token: CancellationToken) {
     let ledger = Arc::new(RunLedger::new(
         shared.ledger.fenced(run.run_id.clone(), run.epoch),
         run.run_id.clone(),
+        token.clone(),
     ));
     let leased = LeasedRun {
         run_id: run.run_id.clone(),
@@ -357,6 +364,8 @@ async fn execute(shared: Arc<Shared>, run: Claimed, token: CancellationToken) {
     };
     let recorded = claim::end(&shared.db, &run.run_id, run.epoch, &ending).await;
     shared.held.lock().remove(&run.run_id);
+    // The verdicts of the run's last settles (a refusal of the fence).
+    ledger.finish_background().await;
     let recorded = match recorded {
         // The queue has the end: now the ledger may close the run (a
         // failure here leaves it open in the ledger for the startup sweep).

@@ -69,9 +69,13 @@ pub(crate) async fn claimed_run(client: &Client, run: &RunId, epoch: i64) {
 
 /// Moves `run` to `epoch` (another worker's claim).
 pub(crate) async fn set_epoch(client: &Client, run: &RunId, epoch: i64) {
+    // As a claim does: the row locked `FOR UPDATE` first, which waits for
+    // the ledger's open transaction that checked the fence to commit.
     let updated = client
         .execute(
-            "UPDATE tinyagents_runs SET epoch = $2 WHERE id = $1",
+            "UPDATE tinyagents_runs r SET epoch = $2 \
+             FROM (SELECT id FROM tinyagents_runs WHERE id = $1 FOR UPDATE) n \
+             WHERE r.id = n.id",
             &[&run.as_str(), &epoch],
         )
         .await

@@ -56,17 +56,32 @@ async fn every_write_of_a_worker_whose_epoch_moved_on_is_refused_and_changes_not
         &claimed,
         "record_started",
     );
-    assert_fenced(
-        worker.record_settled(&claimed, &p1.call_id, &done).await,
-        &claimed,
-        "record_settled",
-    );
+    // A settle of a call this handle started is queued without waiting:
+    // the fence's refusal is its verdict, which the handle keeps.
+    worker
+        .record_settled(&claimed, &p1.call_id, &done)
+        .await
+        .unwrap();
+    worker
+        .record_settled(&child, &CallId::new("p1"), &done)
+        .await
+        .unwrap();
+    let verdicts = worker.settle_verdicts().await;
+    assert_eq!(verdicts.len(), 2, "{verdicts:?}");
+    for verdict in verdicts {
+        assert_fenced(
+            Err::<(), _>(verdict),
+            &claimed,
+            "record_settled (main and child run)",
+        );
+    }
+    // A settle of a call it did not start waits, and is refused at once.
     assert_fenced(
         worker
-            .record_settled(&child, &CallId::new("p1"), &done)
+            .record_settled(&claimed, &CallId::new("p9"), &done)
             .await,
         &claimed,
-        "record_settled of the child run",
+        "record_settled of a call not started here",
     );
     assert_fenced(
         worker.save_checkpoint(&claimed, 2, b"two".to_vec()).await,

@@ -55,6 +55,7 @@ impl Writer {
                 result,
                 fence,
                 reply,
+                detached: _,
             } => {
                 let settled = op!(
                     self,
