@@ -17,8 +17,11 @@ use tinyagents::postgres::{
 use tinyagents::prelude::*;
 use tinyagents::{core::ChatRequest, core::ModelError, core::ToolReplay};
 
-/// Calls `refund` once, then answers.
-struct RefundOnce;
+/// Calls `refund` once, then answers; with `stall`, its answer takes a
+/// minute (a worker stopping meanwhile drops the run where it stands).
+struct RefundOnce {
+    stall: bool,
+}
 
 #[async_trait]
 impl ChatModel for RefundOnce {
@@ -32,6 +35,9 @@ impl ChatModel for RefundOnce {
             .iter()
             .filter(|m| matches!(m, Message::Assistant { .. }))
             .count();
+        if turns > 0 && self.stall {
+            tokio::time::sleep(Duration::from_secs(60)).await;
+        }
         Ok(match turns {
             0 => ScriptedModel::tool_call("refund", json!({ "cents": 100 })),
             _ => ChatResponse::text("refunded"),
@@ -50,6 +56,16 @@ fn refunder(
     refunds: Arc<AtomicUsize>,
     pause: Duration,
     approval: bool,
+) -> impl Fn(&LeasedRun) -> Result<AgentHarness, FactoryError> + Send + Sync + 'static {
+    refunder_stalling(refunds, pause, approval, false)
+}
+
+/// [`refunder`], whose model stalls after the refund when `stall`.
+fn refunder_stalling(
+    refunds: Arc<AtomicUsize>,
+    pause: Duration,
+    approval: bool,
+    stall: bool,
 ) -> impl Fn(&LeasedRun) -> Result<AgentHarness, FactoryError> + Send + Sync + 'static {
     move |run: &LeasedRun| {
         let refunds = Arc::clone(&refunds);
@@ -70,7 +86,7 @@ fn refunder(
             }
         });
         let mut builder =
-            AgentHarness::builder(Arc::new(RefundOnce)).ledger(Arc::clone(&run.ledger));
+            AgentHarness::builder(Arc::new(RefundOnce { stall })).ledger(Arc::clone(&run.ledger));
         builder.register(Arc::new(refund))?;
         Ok(builder.build()?)
     }
@@ -186,6 +202,72 @@ async fn a_run_awaiting_approval_releases_its_lease_and_any_worker_resumes_it() 
         1,
         "the approved refund ran once"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resume_cut_short_after_the_approved_call_is_recovered_and_the_call_runs_once() {
+    let (_cluster, db, queue) = setup().await;
+    let refunds = Arc::new(AtomicUsize::new(0));
+    let run = queue
+        .enqueue(&RunRequest::new("refund c-11"))
+        .await
+        .unwrap();
+    let first = Worker::new(&db, refunder(Arc::clone(&refunds), Duration::ZERO, true))
+        .id("asks")
+        .poll_interval(Duration::from_millis(20));
+    run_until(&queue, first, || async {
+        status(&queue, &run).await == QueueStatus::AwaitingApproval
+    })
+    .await;
+    let waiting = queue.get(&run).await.unwrap().unwrap();
+    let decisions: Vec<_> = waiting.pending.iter().map(|p| p.approve()).collect();
+    queue.approve(&run, &decisions).await.unwrap();
+    // The resuming worker runs the approved refund, then stalls in the
+    // model and dies (its future dropped, as a killed process leaves it:
+    // nothing recorded, the lease left to expire), its decisions still on
+    // the run, which is past its waiting call.
+    let stalls = Worker::new(
+        &db,
+        refunder_stalling(Arc::clone(&refunds), Duration::ZERO, true, true),
+    )
+    .id("stalls")
+    .lease(Duration::from_millis(300))
+    .poll_interval(Duration::from_millis(20));
+    let dies = tokio::spawn(stalls.run(CancellationToken::new()));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while refunds.load(Ordering::SeqCst) == 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the refund never ran"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    dies.abort();
+    assert!(dies.await.unwrap_err().is_cancelled());
+    let held = queue.get(&run).await.unwrap().unwrap();
+    assert_eq!(
+        (held.status, held.owner.as_deref()),
+        (QueueStatus::Running, Some("stalls"))
+    );
+    // The next worker does not resume the state again (it would be
+    // refused: a state resumes once) but recovers the run: the refund is
+    // answered from its row, not run again.
+    let next = Worker::new(&db, refunder(Arc::clone(&refunds), Duration::ZERO, true))
+        .id("next")
+        .poll_interval(Duration::from_millis(20));
+    let report = run_until(&queue, next, || async {
+        status(&queue, &run).await == QueueStatus::Completed
+    })
+    .await;
+    assert_eq!((report.recovered, report.completed), (1, 1), "{report:?}");
+    assert_eq!(
+        refunds.load(Ordering::SeqCst),
+        1,
+        "the approved refund ran once"
+    );
+    let done = queue.get(&run).await.unwrap().unwrap();
+    assert_eq!(done.outcome.unwrap().final_text, "refunded");
+    assert_eq!(done.attempts, 3);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

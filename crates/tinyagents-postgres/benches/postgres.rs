@@ -133,6 +133,24 @@ async fn bench() {
         "ledger, {RUNS} concurrent runs x {CALLS_PER_RUN} calls, reps={REPS}: median {rate:.0} durable calls/s"
     );
 
+    let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    ledger.flush().await.unwrap();
+    let sized = client
+        .query_one(
+            "SELECT pg_total_relation_size('tinyagents_calls')::float8 / greatest(count(*), 1), \
+             count(*) FROM tinyagents_calls",
+            &[],
+        )
+        .await
+        .unwrap();
+    let (bytes, rows): (f64, i64) = (sized.get(0), sized.get(1));
+    println!(
+        "call rows: {rows}, {bytes:.0} bytes per row with its index (settled, a 35-byte result)"
+    );
+
     let claim = claim_latency(&cluster).await;
     println!(
         "claim of one run with {QUEUED} queued (median of {CLAIMS}): {:.0} us",

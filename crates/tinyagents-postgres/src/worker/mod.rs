@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 use tinyagents_core::{CancellationToken, RunId, RunStatus};
-use tinyagents_harness::{AgentHarness, AgentRun, ResumeOptions};
+use tinyagents_harness::{AgentHarness, AgentRun, ResumeOptions, SuspendedRun};
 use tinyagents_ledger::{EffectLedger, RunState, SharedLedger};
 
 use self::ledger::RunLedger;
@@ -192,7 +192,9 @@ impl Worker {
             held: Mutex::new(HashMap::new()),
             report: Mutex::new(WorkerReport::default()),
         });
-        let heart = tokio::spawn(heartbeats(Arc::clone(&shared), self.lease));
+        // Aborted when this future ends or is dropped: a heartbeat that
+        // outlived its worker would hold the leases of runs nobody runs.
+        let heart = AbortOnDrop(tokio::spawn(heartbeats(Arc::clone(&shared), self.lease)));
         let mut runs = JoinSet::new();
         let result = self.claim_loop(&shared, &mut runs, &cancel).await;
         let drained = tokio::time::timeout(self.grace, async {
@@ -204,7 +206,7 @@ impl Worker {
             while runs.join_next().await.is_some() {}
             give_back(&shared).await;
         }
-        heart.abort();
+        drop(heart);
         let flushed = shared.ledger.flush().await;
         if let Err(err) = flushed {
             // Writes queued without waiting that failed: settles refused by
@@ -264,6 +266,15 @@ impl Worker {
             }
         }
         Ok(())
+    }
+}
+
+/// A task aborted when its handle is dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 
@@ -397,7 +408,8 @@ async fn execute(shared: Arc<Shared>, run: Claimed, token: CancellationToken) {
 }
 
 /// Starts, resumes or recovers the run as its claim says, and waits for it:
-/// decisions on a suspended state resume it; a first claim, or a claim
+/// decisions on a suspended state resume it (or recover it, when a resume
+/// before got past its waiting calls); a first claim, or a claim
 /// whose earlier owner left nothing in the ledger but a bare claim, starts
 /// it; any other later claim recovers it from its checkpoint.
 async fn drive(
@@ -417,6 +429,12 @@ async fn drive(
         harness.start(request)
     };
     let result = match (&run.suspended, &run.decisions) {
+        // A worker that resumed it before died after the waiting calls
+        // settled: the resume went on past them, and its checkpoint is
+        // where the run goes on from.
+        (Some(suspended), Some(_)) if resumed_before(ledger, suspended).await => {
+            harness.start_recover(&run.run_id, options()).wait().await
+        }
         (Some(suspended), Some(decisions)) => {
             harness
                 .start_resume(suspended.clone(), decisions, options())
@@ -446,6 +464,19 @@ async fn drive(
         Ok(done) => ending_of(done),
         Err(err) => Ending::Failed(err.to_string()),
     }
+}
+
+/// Whether a waiting call of `suspended` has settled in the ledger: an
+/// earlier resume of this state got past it (a state resumes once).
+async fn resumed_before(ledger: &RunLedger, suspended: &SuspendedRun) -> bool {
+    for pending in suspended.pending() {
+        if let Ok(Some(row)) = ledger.get(&suspended.run_id, &pending.call.id).await
+            && row.status.is_settled()
+        {
+            return true;
+        }
+    }
+    false
 }
 
 fn ending_of(run: AgentRun) -> Ending {
