@@ -102,6 +102,63 @@ pub(crate) enum Command {
         /// The agents file.
         file: PathBuf,
     },
+    /// The runs queue of a PostgreSQL database, whose workers run the
+    /// runs: queue one, list them, show one, decide a waiting one's calls.
+    Queue {
+        /// The database: a PostgreSQL connection string
+        /// (`postgres://user:pass@host/db` or `host=… dbname=…`).
+        #[arg(
+            long,
+            global = true,
+            env = "TINYAGENTS_DATABASE_URL",
+            hide_env_values = true,
+            value_name = "URL"
+        )]
+        db: Option<String>,
+        /// What to do.
+        #[command(subcommand)]
+        command: QueueCommand,
+    },
+}
+
+/// The commands of `queue`.
+#[derive(Debug, Subcommand)]
+pub(crate) enum QueueCommand {
+    /// Queues a run of INPUT for the workers and prints its id.
+    Enqueue {
+        /// What to ask.
+        input: String,
+        /// The run's id (a new one by default).
+        #[arg(long, value_name = "RUN")]
+        id: Option<String>,
+    },
+    /// Lists the runs, oldest first, and how many are in each status.
+    List {
+        /// At most this many runs.
+        #[arg(long, value_name = "N", default_value_t = 100)]
+        limit: u32,
+    },
+    /// Prints a run and the calls it waits on.
+    Show {
+        /// The run.
+        run: String,
+    },
+    /// Decides every waiting call of a run awaiting approval and queues it
+    /// again: a worker resumes it.
+    Approve {
+        /// The run.
+        run: String,
+        /// This call (repeatable): the queue takes every waiting call's
+        /// decision at once, so name them all; without it, all of them.
+        #[arg(long = "call", value_name = "ID")]
+        calls: Vec<String>,
+        /// Deny instead of approving.
+        #[arg(long)]
+        deny: bool,
+        /// Why (what the model reads for a denied call).
+        #[arg(long, requires = "deny")]
+        reason: Option<String>,
+    },
 }
 
 /// How a run is shown.

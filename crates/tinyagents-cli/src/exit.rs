@@ -5,7 +5,8 @@
 pub const OK: u8 = 0;
 /// The run failed, or the command could not do what it was asked.
 pub const FAILED: u8 = 1;
-/// A bad invocation or a bad agents file.
+/// A bad invocation, a bad agents file, or input naming what is not there
+/// (an unknown run, a call that does not wait).
 pub const USAGE: u8 = 2;
 /// The run waits for a person's decision: `approve`, then `resume`.
 pub const AWAITING_APPROVAL: u8 = 3;

@@ -1,11 +1,13 @@
 //! The `tinyagents` command line: run the agents an agents file (TOML)
 //! declares, watch their call tree live, answer approvals, resume and
 //! recover runs from the ledger in another process, list runs and
-//! sessions. See docs/cli.md.
+//! sessions, and queue runs for PostgreSQL workers and decide those that
+//! wait (`queue`). See docs/cli.md.
 //!
 //! It is a program over the facade: everything it does goes through
-//! `tinyagents` (agents, MCP tools, the SQLite ledger and session store),
-//! so a run started here is governed like any other. It is not a library
+//! `tinyagents` (agents, MCP tools, the SQLite ledger and session store,
+//! the PostgreSQL runs queue), so a run started here is governed like any
+//! other. It is not a library
 //! for embedding: programs use the facade directly.
 
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]

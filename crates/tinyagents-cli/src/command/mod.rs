@@ -4,6 +4,7 @@ mod approve;
 mod check;
 mod inspect;
 mod prompt;
+mod queue;
 mod run;
 mod segment;
 
@@ -54,12 +55,17 @@ pub(crate) async fn dispatch(cli: Cli) -> u8 {
         Command::Show { run } => inspect::show(&run, store, cli.json).await,
         Command::Sessions { id } => inspect::sessions(id.as_deref(), store, cli.json).await,
         Command::Check { file } => check::check(&file, store).await,
+        Command::Queue { db, command } => queue::queue(db.as_deref(), command, cli.json).await,
     };
     match result {
         Ok(code) => code,
         Err(error) => {
             if let Some(file) = error.downcast_ref::<FileError>() {
                 eprintln!("error: {file}");
+                return exit::USAGE;
+            }
+            if error.downcast_ref::<queue::BadInput>().is_some() {
+                eprintln!("error: {error:#}");
                 return exit::USAGE;
             }
             eprintln!("error: {error:#}");
