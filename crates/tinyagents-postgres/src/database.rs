@@ -193,10 +193,7 @@ impl PgDatabase {
                 size: self.options.pool_size,
                 waited_ms: u64::try_from(self.options.wait_timeout.as_millis()).unwrap_or(u64::MAX),
             },
-            deadpool_postgres::PoolError::Backend(e) => PgError::Unreachable {
-                target: self.target.clone(),
-                detail: detail(&e),
-            },
+            deadpool_postgres::PoolError::Backend(e) => self.unreachable(&e),
             other => PgError::Unreachable {
                 target: self.target.clone(),
                 detail: other.to_string(),
@@ -207,19 +204,8 @@ impl PgDatabase {
     /// A connection of its own, outside the pool (the ledger's writer),
     /// with its driver task spawned.
     pub(crate) async fn dedicated(&self) -> Result<Client, PgError> {
-        let (client, connection) =
-            self.config
-                .connect(NoTls)
-                .await
-                .map_err(|e| PgError::Unreachable {
-                    target: self.target.clone(),
-                    detail: detail(&e),
-                })?;
-        tokio::spawn(async move {
-            if let Err(err) = connection.await {
-                tracing::debug!(error = %err, "postgres connection closed");
-            }
-        });
+        let (client, driver) = self.dedicated_driven().await?;
+        tokio::spawn(driver);
         Ok(client)
     }
 
@@ -227,14 +213,11 @@ impl PgDatabase {
     /// returned [`Driver`] while it waits on the client), so that answers
     /// reach it without a hop through another task.
     pub(crate) async fn dedicated_driven(&self) -> Result<(Client, Driver), PgError> {
-        let (client, connection) =
-            self.config
-                .connect(NoTls)
-                .await
-                .map_err(|e| PgError::Unreachable {
-                    target: self.target.clone(),
-                    detail: detail(&e),
-                })?;
+        let (client, connection) = self
+            .config
+            .connect(NoTls)
+            .await
+            .map_err(|e| self.unreachable(&e))?;
         let driver: Driver = Box::pin(async move {
             if let Err(err) = connection.await {
                 tracing::debug!(error = %err, "postgres connection closed");
