@@ -6,8 +6,11 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
+use std::path::PathBuf;
+
 use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, Runtime};
-use tokio_postgres::{Client, NoTls};
+use tokio_postgres::Client;
+use tokio_postgres_rustls::MakeRustlsConnect;
 
 use crate::error::{PgError, detail};
 
@@ -55,6 +58,9 @@ pub struct PgOptions {
     /// inside a transaction (a stopped worker) has it aborted, and its row
     /// locks released, after this long. Default 10 s.
     pub idle_in_transaction_timeout: Duration,
+    /// Trust only the CA certificates of this PEM file for the server's
+    /// certificate (libpq's `sslrootcert`); `None`: the platform's roots.
+    pub ca_file: Option<PathBuf>,
 }
 
 impl PgOptions {
@@ -67,7 +73,15 @@ impl PgOptions {
             wait_timeout: Duration::from_secs(5),
             statement_timeout: Duration::from_secs(30),
             idle_in_transaction_timeout: Duration::from_secs(10),
+            ca_file: None,
         }
+    }
+
+    /// Sets [`ca_file`](Self::ca_file): the server's certificate must chain
+    /// to a certificate of this PEM file (a managed database's CA bundle).
+    pub fn ca_file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.ca_file = Some(path.into());
+        self
     }
 
     /// Sets [`pool_size`](Self::pool_size) (at least 1).
@@ -101,6 +115,7 @@ impl PgOptions {
 pub struct PgDatabase {
     pool: Pool,
     config: tokio_postgres::Config,
+    tls: MakeRustlsConnect,
     target: String,
     options: PgOptions,
 }
@@ -149,9 +164,10 @@ impl PgDatabase {
             config.application_name("tinyagents");
         }
         let target = describe(&config);
+        let tls = crate::tls::connector(options.ca_file.as_deref())?;
         let manager = Manager::from_config(
             config.clone(),
-            NoTls,
+            tls.clone(),
             ManagerConfig {
                 recycling_method: RecyclingMethod::Fast,
             },
@@ -168,6 +184,7 @@ impl PgDatabase {
         let database = Self {
             pool,
             config,
+            tls,
             target,
             options,
         };
@@ -215,7 +232,7 @@ impl PgDatabase {
     pub(crate) async fn dedicated_driven(&self) -> Result<(Client, Driver), PgError> {
         let (client, connection) = self
             .config
-            .connect(NoTls)
+            .connect(self.tls.clone())
             .await
             .map_err(|e| self.unreachable(&e))?;
         let driver: Driver = Box::pin(async move {

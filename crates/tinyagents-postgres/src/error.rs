@@ -15,6 +15,12 @@ pub enum PgError {
         /// What the parser said.
         detail: String,
     },
+    /// TLS could not be set up (a CA file that does not read).
+    #[error("PostgreSQL TLS: {detail}")]
+    Tls {
+        /// What was wrong.
+        detail: String,
+    },
     /// The server could not be reached or refused the connection.
     #[error("PostgreSQL at {target} is unreachable: {detail}")]
     Unreachable {

@@ -19,10 +19,11 @@
 //!   release a run that waits for approval, and stop a run whose lease they
 //!   lost.
 //!
-//! What it is not: a migration tool for your own tables, a connection
-//! pooler in front of the server, or TLS (connections are plain; see
-//! `docs/postgres.md` for a managed database). The throwaway cluster of the
-//! tests is behind the feature `testing`.
+//! Connections use TLS as the string's `sslmode` says, on rustls with the
+//! server's certificate always verified (`PgOptions::ca_file` for a
+//! provider's CA). What it is not: a migration tool for your own tables or
+//! a connection pooler in front of the server. The throwaway cluster of
+//! the tests is behind the feature `testing`.
 
 mod database;
 mod error;
@@ -32,6 +33,7 @@ mod queue;
 mod session;
 #[cfg(feature = "testing")]
 pub mod testing;
+mod tls;
 mod worker;
 
 pub use database::{PgDatabase, PgOptions};

@@ -59,6 +59,8 @@ pub struct TestCluster {
 struct OwnCluster {
     bin: PathBuf,
     data: PathBuf,
+    /// Whether it offers TLS (its certificates beside the data).
+    tls: bool,
     port: u16,
     run_as: Option<&'static str>,
     /// Closing it (this process exiting) makes the watchdog stop the
@@ -90,7 +92,26 @@ impl TestCluster {
                 next_database: AtomicU64::new(0),
             });
         }
-        let own = OwnCluster::start()?;
+        Self::own(false)
+    }
+
+    /// A cluster of this process's own that offers TLS (whatever
+    /// `TINYAGENTS_PG_URL` says): a throwaway CA (`openssl`, from the
+    /// machine) signs its certificate for `127.0.0.1`; [`ca_file`](Self::ca_file)
+    /// is the CA's certificate, to trust it with.
+    pub fn start_tls() -> Result<Self, TestClusterError> {
+        Self::own(true)
+    }
+
+    /// The CA certificate (PEM) a [`start_tls`](Self::start_tls) cluster's
+    /// certificate chains to.
+    pub fn ca_file(&self) -> Option<PathBuf> {
+        let own = self.own.as_ref()?;
+        own.tls.then(|| own.dir().join("ca.crt"))
+    }
+
+    fn own(tls: bool) -> Result<Self, TestClusterError> {
+        let own = OwnCluster::start(tls)?;
         Ok(Self {
             base: format!(
                 "host=127.0.0.1 port={} user=tinyagents connect_timeout=10",
@@ -160,7 +181,7 @@ impl Drop for OwnCluster {
 }
 
 impl OwnCluster {
-    fn start() -> Result<Self, TestClusterError> {
+    fn start(tls: bool) -> Result<Self, TestClusterError> {
         let bin = server_bin()?;
         let run_as = is_root().then_some("postgres");
         let dir = tempfile::Builder::new()
@@ -169,6 +190,9 @@ impl OwnCluster {
             .map_err(|e| command_error("mkdtemp", e))?
             .keep();
         let data = dir.join("data");
+        if tls {
+            make_certificates(&dir)?;
+        }
         if let Some(user) = run_as {
             chown_to(&dir, user)?;
         }
@@ -204,6 +228,7 @@ impl OwnCluster {
         let cluster = Self {
             bin,
             data,
+            tls,
             port,
             run_as,
             watchdog_stdin,
@@ -226,12 +251,26 @@ impl OwnCluster {
     /// The server's options: loopback only, its socket in its own directory,
     /// durable commits (the figures measured against it are real).
     fn options(&self) -> String {
-        format!(
+        let mut options = format!(
             "-p {} -c listen_addresses=127.0.0.1 -c unix_socket_directories='{}' \
              -c fsync=on -c synchronous_commit=on -c max_connections=200",
             self.port,
             self.data.display()
-        )
+        );
+        if self.tls {
+            let dir = self.dir();
+            options.push_str(&format!(
+                " -c ssl=on -c ssl_cert_file='{}' -c ssl_key_file='{}'",
+                dir.join("server.crt").display(),
+                dir.join("server.key").display()
+            ));
+        }
+        options
+    }
+
+    /// The cluster's directory (the data, the logs, the certificates).
+    fn dir(&self) -> &Path {
+        self.data.parent().unwrap_or(&self.data)
     }
 
     /// Runs `pg_ctl`, its output to `pg_ctl.log` beside the data: the
@@ -331,8 +370,71 @@ fn is_root() -> bool {
 
 fn chown_to(dir: &Path, user: &str) -> Result<(), TestClusterError> {
     let mut cmd = Command::new("chown");
-    cmd.arg(user).arg(dir);
+    cmd.arg("-R").arg(user).arg(dir);
     run_quietly(cmd, "chown")
+}
+
+/// A throwaway CA and a server certificate it signs for `127.0.0.1` and
+/// `localhost`, in `dir`: `ca.crt`, `server.crt`, `server.key` (mode 0600,
+/// as the server wants its key).
+fn make_certificates(dir: &Path) -> Result<(), TestClusterError> {
+    let openssl = |args: &[&str]| {
+        let mut cmd = Command::new("openssl");
+        cmd.args(args).current_dir(dir);
+        run_quietly(cmd, "openssl")
+    };
+    std::fs::write(
+        dir.join("san.ext"),
+        "subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\n",
+    )
+    .map_err(|e| command_error("san.ext", e))?;
+    openssl(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=tinyagents-test-ca",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.crt",
+    ])?;
+    openssl(&[
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-subj",
+        "/CN=127.0.0.1",
+        "-keyout",
+        "server.key",
+        "-out",
+        "server.csr",
+    ])?;
+    openssl(&[
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.crt",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-days",
+        "2",
+        "-out",
+        "server.crt",
+        "-extfile",
+        "san.ext",
+    ])?;
+    let mut chmod = Command::new("chmod");
+    chmod.arg("600").arg(dir.join("server.key"));
+    run_quietly(chmod, "chmod")
 }
 
 /// `program`, run as `user` (with runuser) when one is given.
