@@ -401,6 +401,7 @@ fn ci_steps() -> Vec<Step> {
                 peers::ensure_aimock,
                 peers::ensure_mcp_peers,
                 peers::ensure_tmux,
+                peers::ensure_openssl,
                 peers::ensure_postgres,
             ],
             tools: vec![Tool {

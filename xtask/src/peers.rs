@@ -14,6 +14,7 @@
 //! version, not pinned):
 //!
 //! - tmux, which the command line's live-view tests drive;
+//! - openssl, with which the PostgreSQL TLS tests make a throwaway CA;
 //! - PostgreSQL's server (`postgresql`), whose `initdb` and `pg_ctl` the
 //!   `tinyagents-postgres` tests start throwaway clusters with (installed
 //!   without the package's default cluster, which nothing uses).
@@ -181,22 +182,40 @@ fn apt_install(package: &str, need: &str) -> Result<(), String> {
 /// tmux, which the command line's live-view tests drive (`send-keys`,
 /// `capture-pane`): Debian's package, installed with apt-get when missing.
 pub(crate) fn ensure_tmux() -> Result<(), String> {
-    let present = |program: &str, arg: &str| {
+    ensure_program("tmux", "-V", "the live-view tests need tmux")
+}
+
+/// `openssl`, with which the PostgreSQL TLS tests make a throwaway CA:
+/// Debian's package when it is missing.
+pub(crate) fn ensure_openssl() -> Result<(), String> {
+    ensure_program(
+        "openssl",
+        "version",
+        "the PostgreSQL TLS tests make their certificates with openssl",
+    )
+}
+
+/// `program` (Debian's package of the same name when `program ARG` does
+/// not run).
+fn ensure_program(program: &str, arg: &str, need: &str) -> Result<(), String> {
+    let present = || {
         Command::new(program)
             .arg(arg)
             .output()
             .is_ok_and(|o| o.status.success())
     };
-    if present("tmux", "-V") {
+    if present() {
         return Ok(());
     }
-    println!("tmux is missing: installing Debian's package with apt-get");
+    println!("{program} is missing: installing Debian's package with apt-get");
     let started = Instant::now();
-    apt_install("tmux", "the live-view tests need tmux")?;
-    if !present("tmux", "-V") {
-        return Err("apt-get installed tmux, but `tmux -V` does not run".to_owned());
+    apt_install(program, need)?;
+    if !present() {
+        return Err(format!(
+            "apt-get installed {program}, but `{program} {arg}` does not run"
+        ));
     }
-    println!("installed tmux in {}", secs(started.elapsed()));
+    println!("installed {program} in {}", secs(started.elapsed()));
     Ok(())
 }
 
@@ -331,5 +350,6 @@ pub(crate) fn ensure_all() -> Result<(), String> {
     ensure_aimock()?;
     ensure_mcp_peers()?;
     ensure_tmux()?;
+    ensure_openssl()?;
     ensure_postgres()
 }
