@@ -394,3 +394,38 @@ async fn bump_epoch(db: &PgDatabase, run: &RunId) -> i64 {
         .unwrap()
         .get(0)
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panicking_agent_factory_fails_its_run_and_the_worker_goes_on() {
+    let (_cluster, db, queue) = setup().await;
+    let refunds = Arc::new(AtomicUsize::new(0));
+    let doomed = queue
+        .enqueue(&RunRequest::new("doomed").with_run_id(RunId::from("doomed")))
+        .await
+        .unwrap();
+    let fine = queue.enqueue(&RunRequest::new("refund c-3")).await.unwrap();
+    let refunder = refunder(Arc::clone(&refunds), Duration::ZERO, false);
+    let worker = Worker::new(&db, move |run: &LeasedRun| {
+        assert!(
+            run.run_id.as_str() != "doomed",
+            "the factory cannot build this one"
+        );
+        refunder(run)
+    })
+    .id("survives")
+    .poll_interval(Duration::from_millis(20));
+    let report = run_until(&queue, worker, || async {
+        status(&queue, &doomed).await == QueueStatus::Failed
+            && status(&queue, &fine).await == QueueStatus::Completed
+    })
+    .await;
+    assert_eq!((report.failed, report.completed), (1, 1), "{report:?}");
+    let failed = queue.get(&doomed).await.unwrap().unwrap();
+    let error = failed.error.unwrap();
+    assert!(
+        error.contains("the agent factory panicked") && error.contains("cannot build this one"),
+        "{error}"
+    );
+    assert_eq!(failed.owner, None, "its lease is not held");
+    assert_eq!(refunds.load(Ordering::SeqCst), 1);
+}

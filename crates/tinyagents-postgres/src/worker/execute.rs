@@ -3,7 +3,10 @@
 //! its end recorded in the queue under the claim's epoch, then the
 //! ledger's finished mark.
 
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
+
+use futures_util::FutureExt;
 
 use tinyagents_core::{CancellationToken, RunStatus};
 use tinyagents_harness::{AgentHarness, AgentRun, ResumeOptions, SuspendedRun};
@@ -28,9 +31,22 @@ pub(super) async fn execute(shared: Arc<Shared>, run: Claimed, token: Cancellati
         attempt: run.attempts,
         ledger: Arc::clone(&ledger) as SharedLedger,
     };
-    let ending = match shared.factory.build(&leased) {
-        Ok(harness) => drive(&harness, &run, &ledger, &token).await,
-        Err(err) => Ending::Failed(format!("the agent factory failed: {err}")),
+    // Host code may panic: the factory, or anything the harness does not
+    // contain. The run then fails with that said, instead of its task
+    // dying with the run left held.
+    let built = std::panic::catch_unwind(AssertUnwindSafe(|| shared.factory.build(&leased)));
+    let ending = match built {
+        Ok(Ok(harness)) => AssertUnwindSafe(drive(&harness, &run, &ledger, &token))
+            .catch_unwind()
+            .await
+            .unwrap_or_else(|panic| {
+                Ending::Failed(format!("the run panicked: {}", panic_text(panic.as_ref())))
+            }),
+        Ok(Err(err)) => Ending::Failed(format!("the agent factory failed: {err}")),
+        Err(panic) => Ending::Failed(format!(
+            "the agent factory panicked: {}",
+            panic_text(panic.as_ref())
+        )),
     };
     let recorded = claim::end(&shared.db, &run.run_id, run.epoch, &ending).await;
     shared.held.lock().remove(&run.run_id);
@@ -161,4 +177,13 @@ fn status_text(status: RunStatus) -> String {
         RunStatus::AwaitingApproval => "awaiting approval".into(),
         RunStatus::LimitReached(kind) => format!("at its {kind:?} limit"),
     }
+}
+
+/// What a panic said, when it said it as text.
+fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".to_owned())
 }
