@@ -17,10 +17,11 @@ use tinyagents::postgres::{
 use tinyagents::prelude::*;
 use tinyagents::{core::ChatRequest, core::ModelError, core::ToolReplay};
 
-/// Calls `refund` once, then answers; with `stall`, its answer takes a
-/// minute (a worker stopping meanwhile drops the run where it stands).
+/// Calls `refund` once, then answers; at turn `stall` (0: the first model
+/// call, 1: the answer after the refund) it takes a minute instead (a
+/// worker stopping or dying meanwhile leaves the run where it stands).
 struct RefundOnce {
-    stall: bool,
+    stall: Option<usize>,
 }
 
 #[async_trait]
@@ -35,7 +36,7 @@ impl ChatModel for RefundOnce {
             .iter()
             .filter(|m| matches!(m, Message::Assistant { .. }))
             .count();
-        if turns > 0 && self.stall {
+        if self.stall == Some(turns) {
             tokio::time::sleep(Duration::from_secs(60)).await;
         }
         Ok(match turns {
@@ -57,15 +58,15 @@ fn refunder(
     pause: Duration,
     approval: bool,
 ) -> impl Fn(&LeasedRun) -> Result<AgentHarness, FactoryError> + Send + Sync + 'static {
-    refunder_stalling(refunds, pause, approval, false)
+    refunder_stalling(refunds, pause, approval, None)
 }
 
-/// [`refunder`], whose model stalls after the refund when `stall`.
+/// [`refunder`], whose model stalls at turn `stall`.
 fn refunder_stalling(
     refunds: Arc<AtomicUsize>,
     pause: Duration,
     approval: bool,
-    stall: bool,
+    stall: Option<usize>,
 ) -> impl Fn(&LeasedRun) -> Result<AgentHarness, FactoryError> + Send + Sync + 'static {
     move |run: &LeasedRun| {
         let refunds = Arc::clone(&refunds);
@@ -228,7 +229,7 @@ async fn a_resume_cut_short_after_the_approved_call_is_recovered_and_the_call_ru
     // the run, which is past its waiting call.
     let stalls = Worker::new(
         &db,
-        refunder_stalling(Arc::clone(&refunds), Duration::ZERO, true, true),
+        refunder_stalling(Arc::clone(&refunds), Duration::ZERO, true, Some(1)),
     )
     .id("stalls")
     .lease(Duration::from_millis(300))
@@ -428,4 +429,51 @@ async fn a_panicking_agent_factory_fails_its_run_and_the_worker_goes_on() {
     );
     assert_eq!(failed.owner, None, "its lease is not held");
     assert_eq!(refunds.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_dead_in_the_first_model_call_leaves_a_claim_the_next_starts_afresh() {
+    let (_cluster, db, queue) = setup().await;
+    let refunds = Arc::new(AtomicUsize::new(0));
+    let run = queue.enqueue(&RunRequest::new("refund c-5")).await.unwrap();
+    // The first worker claims the run in the ledger and dies in the first
+    // model call: a claim, no checkpoint, no call.
+    let dies = Worker::new(
+        &db,
+        refunder_stalling(Arc::clone(&refunds), Duration::ZERO, false, Some(0)),
+    )
+    .id("dies")
+    .lease(Duration::from_millis(300))
+    .poll_interval(Duration::from_millis(20));
+    let task = tokio::spawn(dies.run(CancellationToken::new()));
+    let ledger = tinyagents::postgres::PostgresLedger::open(&db)
+        .await
+        .unwrap();
+    use tinyagents::ledger::{EffectLedger, RunState};
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while ledger.run_state(&run).await.unwrap() != RunState::Open {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the run was never claimed in the ledger"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    task.abort();
+    let _ = task.await;
+    assert!(ledger.rows(&run).await.unwrap().is_empty());
+    assert_eq!(ledger.load_checkpoint(&run).await.unwrap(), None);
+    // The next worker cannot recover it (nothing to recover from) and may
+    // not begin it as new (the claim is there): it takes the bare claim
+    // over and runs it from the start.
+    let next = Worker::new(&db, refunder(Arc::clone(&refunds), Duration::ZERO, false))
+        .id("next")
+        .poll_interval(Duration::from_millis(20));
+    let report = run_until(&queue, next, || async {
+        status(&queue, &run).await == QueueStatus::Completed
+    })
+    .await;
+    assert_eq!((report.recovered, report.completed), (1, 1), "{report:?}");
+    assert_eq!(refunds.load(Ordering::SeqCst), 1);
+    assert_eq!(ledger.run_state(&run).await.unwrap(), RunState::Finished);
+    ledger.shutdown().await.unwrap();
 }
