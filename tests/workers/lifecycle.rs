@@ -12,7 +12,8 @@ use serde_json::json;
 use tinyagents::core::CancellationToken;
 use tinyagents::postgres::testing::TestCluster;
 use tinyagents::postgres::{
-    FactoryError, LeasedRun, PgDatabase, QueueError, QueueStatus, RunQueue, Worker, WorkerReport,
+    AgentFactory, FactoryError, LeasedRun, PgDatabase, QueueError, QueueStatus, RunQueue, Worker,
+    WorkerReport,
 };
 use tinyagents::prelude::*;
 use tinyagents::{core::ChatRequest, core::ModelError, core::ToolReplay};
@@ -102,6 +103,26 @@ async fn setup() -> (TestCluster, PgDatabase, RunQueue) {
     (cluster, db, queue)
 }
 
+/// A worker named `id` over `factory`, looking for runs every 20 ms.
+fn worker(db: &PgDatabase, id: &str, factory: impl AgentFactory) -> Worker {
+    Worker::new(db, factory)
+        .id(id)
+        .poll_interval(Duration::from_millis(20))
+}
+
+/// Runs `worker` until `run` is in `wanted`, then stops it.
+async fn until_status(
+    queue: &RunQueue,
+    worker: Worker,
+    run: &RunId,
+    wanted: QueueStatus,
+) -> WorkerReport {
+    run_until(queue, worker, || async {
+        status(queue, run).await == wanted
+    })
+    .await
+}
+
 /// Runs `worker` until `done` says so (checked every 50 ms), then stops it.
 async fn run_until<F, Fut>(queue: &RunQueue, worker: Worker, done: F) -> WorkerReport
 where
@@ -135,13 +156,12 @@ async fn a_run_awaiting_approval_releases_its_lease_and_any_worker_resumes_it() 
         .enqueue(&RunRequest::new("refund c-42"))
         .await
         .unwrap();
-    let first = Worker::new(&db, refunder(Arc::clone(&refunds), Duration::ZERO, true))
-        .id("first")
-        .poll_interval(Duration::from_millis(20));
-    let report = run_until(&queue, first, || async {
-        status(&queue, &run).await == QueueStatus::AwaitingApproval
-    })
-    .await;
+    let first = worker(
+        &db,
+        "first",
+        refunder(Arc::clone(&refunds), Duration::ZERO, true),
+    );
+    let report = until_status(&queue, first, &run, QueueStatus::AwaitingApproval).await;
     assert_eq!(
         (report.claimed, report.awaiting_approval),
         (1, 1),
@@ -183,13 +203,12 @@ async fn a_run_awaiting_approval_releases_its_lease_and_any_worker_resumes_it() 
     );
 
     // Another worker resumes it: the refund runs once.
-    let second = Worker::new(&db, refunder(Arc::clone(&refunds), Duration::ZERO, true))
-        .id("second")
-        .poll_interval(Duration::from_millis(20));
-    let report = run_until(&queue, second, || async {
-        status(&queue, &run).await == QueueStatus::Completed
-    })
-    .await;
+    let second = worker(
+        &db,
+        "second",
+        refunder(Arc::clone(&refunds), Duration::ZERO, true),
+    );
+    let report = until_status(&queue, second, &run, QueueStatus::Completed).await;
     assert_eq!(
         (report.claimed, report.recovered, report.completed),
         (1, 1, 1),
@@ -213,13 +232,12 @@ async fn a_resume_cut_short_after_the_approved_call_is_recovered_and_the_call_ru
         .enqueue(&RunRequest::new("refund c-11"))
         .await
         .unwrap();
-    let first = Worker::new(&db, refunder(Arc::clone(&refunds), Duration::ZERO, true))
-        .id("asks")
-        .poll_interval(Duration::from_millis(20));
-    run_until(&queue, first, || async {
-        status(&queue, &run).await == QueueStatus::AwaitingApproval
-    })
-    .await;
+    let first = worker(
+        &db,
+        "asks",
+        refunder(Arc::clone(&refunds), Duration::ZERO, true),
+    );
+    until_status(&queue, first, &run, QueueStatus::AwaitingApproval).await;
     let waiting = queue.get(&run).await.unwrap().unwrap();
     let decisions: Vec<_> = waiting.pending.iter().map(|p| p.approve()).collect();
     queue.approve(&run, &decisions).await.unwrap();
@@ -253,13 +271,12 @@ async fn a_resume_cut_short_after_the_approved_call_is_recovered_and_the_call_ru
     // The next worker does not resume the state again (it would be
     // refused: a state resumes once) but recovers the run: the refund is
     // answered from its row, not run again.
-    let next = Worker::new(&db, refunder(Arc::clone(&refunds), Duration::ZERO, true))
-        .id("next")
-        .poll_interval(Duration::from_millis(20));
-    let report = run_until(&queue, next, || async {
-        status(&queue, &run).await == QueueStatus::Completed
-    })
-    .await;
+    let next = worker(
+        &db,
+        "next",
+        refunder(Arc::clone(&refunds), Duration::ZERO, true),
+    );
+    let report = until_status(&queue, next, &run, QueueStatus::Completed).await;
     assert_eq!((report.recovered, report.completed), (1, 1), "{report:?}");
     assert_eq!(
         refunds.load(Ordering::SeqCst),
@@ -298,13 +315,12 @@ async fn a_stopping_worker_gives_its_runs_back_and_the_next_recovers_them_withou
 
     // The next worker recovers it: the refund, which must not repeat and
     // whose outcome is unknown, is not run again, and is listed in doubt.
-    let next = Worker::new(&db, refunder(Arc::clone(&refunds), Duration::ZERO, false))
-        .id("next")
-        .poll_interval(Duration::from_millis(20));
-    let report = run_until(&queue, next, || async {
-        status(&queue, &run).await == QueueStatus::Completed
-    })
-    .await;
+    let next = worker(
+        &db,
+        "next",
+        refunder(Arc::clone(&refunds), Duration::ZERO, false),
+    );
+    let report = until_status(&queue, next, &run, QueueStatus::Completed).await;
     assert_eq!((report.recovered, report.completed), (1, 1), "{report:?}");
     assert_eq!(
         refunds.load(Ordering::SeqCst),
@@ -465,13 +481,12 @@ async fn a_worker_dead_in_the_first_model_call_leaves_a_claim_the_next_starts_af
     // The next worker cannot recover it (nothing to recover from) and may
     // not begin it as new (the claim is there): it takes the bare claim
     // over and runs it from the start.
-    let next = Worker::new(&db, refunder(Arc::clone(&refunds), Duration::ZERO, false))
-        .id("next")
-        .poll_interval(Duration::from_millis(20));
-    let report = run_until(&queue, next, || async {
-        status(&queue, &run).await == QueueStatus::Completed
-    })
-    .await;
+    let next = worker(
+        &db,
+        "next",
+        refunder(Arc::clone(&refunds), Duration::ZERO, false),
+    );
+    let report = until_status(&queue, next, &run, QueueStatus::Completed).await;
     assert_eq!((report.recovered, report.completed), (1, 1), "{report:?}");
     assert_eq!(refunds.load(Ordering::SeqCst), 1);
     assert_eq!(ledger.run_state(&run).await.unwrap(), RunState::Finished);

@@ -14,10 +14,7 @@
 // A test suite: an unmet expectation is a panic by design.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
-use std::future::{Future, poll_fn};
-use std::pin::Pin;
-use std::task::Poll;
-
+use futures_util::future::join_all;
 use serde_json::json;
 use tinyagents_core::{CallId, RunId, ToolControl, ToolReplay, ToolResult};
 
@@ -555,28 +552,4 @@ pub async fn odd_ids_round_trip(ledger: &dyn EffectLedger) {
     assert_eq!(read.tool_name, row.tool_name);
     assert_eq!(read.parent_call_id, Some(CallId::new("p1")));
     assert_eq!(ok(ledger.unresolved(&run).await, "unresolved").len(), 1);
-}
-
-/// Polls every future on the calling task until all are done.
-async fn join_all<F: Future>(futures: Vec<F>) -> Vec<F::Output> {
-    let mut futures: Vec<Pin<Box<F>>> = futures.into_iter().map(Box::pin).collect();
-    let mut outputs: Vec<Option<F::Output>> = futures.iter().map(|_| None).collect();
-    poll_fn(|cx| {
-        let mut pending = false;
-        for (future, output) in futures.iter_mut().zip(outputs.iter_mut()) {
-            if output.is_none() {
-                match future.as_mut().poll(cx) {
-                    Poll::Ready(value) => *output = Some(value),
-                    Poll::Pending => pending = true,
-                }
-            }
-        }
-        if pending {
-            Poll::Pending
-        } else {
-            Poll::Ready(())
-        }
-    })
-    .await;
-    outputs.into_iter().flatten().collect()
 }

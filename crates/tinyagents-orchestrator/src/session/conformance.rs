@@ -24,10 +24,7 @@
 // A test suite: an unmet expectation is a panic by design.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
-use std::future::{Future, poll_fn};
-use std::pin::Pin;
-use std::task::Poll;
-
+pub(crate) use futures_util::future::join_all;
 use tinyagents_core::{AgentId, Message, RunId, SessionId};
 
 use super::{SessionError, SessionRecord, SessionStore, child_session_id};
@@ -162,33 +159,4 @@ fn assert_conflict<T: std::fmt::Debug>(
         Err(err) if err == want => {}
         other => panic!("{what}: expected {want:?}, got {other:?}"),
     }
-}
-
-/// Polls every future of `futures` together, on this task, until all are
-/// done; their outputs in the order given.
-async fn join_all<F: Future>(futures: Vec<F>) -> Vec<F::Output> {
-    let mut futures: Vec<Pin<Box<F>>> = futures.into_iter().map(Box::pin).collect();
-    let mut outputs: Vec<Option<F::Output>> = futures.iter().map(|_| None).collect();
-    poll_fn(|cx| {
-        let mut pending = false;
-        for (future, output) in futures.iter_mut().zip(outputs.iter_mut()) {
-            if output.is_none() {
-                match future.as_mut().poll(cx) {
-                    Poll::Ready(value) => *output = Some(value),
-                    Poll::Pending => pending = true,
-                }
-            }
-        }
-        if pending {
-            Poll::Pending
-        } else {
-            Poll::Ready(())
-        }
-    })
-    .await;
-    outputs
-        .into_iter()
-        // Invariant: `poll_fn` returned Ready only once every output was set.
-        .map(|output| output.expect("every future finished"))
-        .collect()
 }

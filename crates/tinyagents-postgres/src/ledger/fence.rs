@@ -80,7 +80,7 @@ pub struct FencedLedger {
     in_flight: Arc<Mutex<HashSet<(RunId, CallId)>>>,
     /// The verdicts of those settles, read by [`flush`](EffectLedger::flush)
     /// and [`take_background_failures`](Self::take_background_failures).
-    verdicts: Arc<Mutex<Vec<oneshot::Receiver<LedgerResult<()>>>>>,
+    verdicts: Arc<Mutex<Verdicts>>,
 }
 
 impl std::fmt::Debug for FencedLedger {
@@ -90,6 +90,37 @@ impl std::fmt::Debug for FencedLedger {
             .field("run", &self.fence.run)
             .field("epoch", &self.fence.epoch)
             .finish()
+    }
+}
+
+/// The verdicts of a fenced handle's queued settles.
+#[derive(Default)]
+struct Verdicts {
+    /// Still to come.
+    pending: Vec<oneshot::Receiver<LedgerResult<()>>>,
+    /// Come, and failed: kept until taken.
+    failed: Vec<LedgerError>,
+}
+
+impl Verdicts {
+    /// Moves the verdicts that have come out of `pending`, keeping the
+    /// failures.
+    fn sweep(&mut self) {
+        let failed = &mut self.failed;
+        self.pending.retain_mut(|verdict| match verdict.try_recv() {
+            Ok(Ok(())) => false,
+            Ok(Err(err)) => {
+                failed.push(err);
+                false
+            }
+            Err(oneshot::error::TryRecvError::Empty) => true,
+            Err(oneshot::error::TryRecvError::Closed) => {
+                failed.push(LedgerError::Closed {
+                    detail: "the writer stopped before answering a settle".into(),
+                });
+                false
+            }
+        });
     }
 }
 
@@ -121,24 +152,9 @@ impl FencedLedger {
     /// each is reported once. Verdicts still to come stay.
     pub fn take_background_failures(&self) -> Vec<LedgerError> {
         let mut verdicts = self.verdicts.lock().unwrap_or_else(PoisonError::into_inner);
-        let mut failures = Vec::new();
-        verdicts.retain_mut(|verdict| match verdict.try_recv() {
-            Ok(Ok(())) => false,
-            Ok(Err(err)) => {
-                failures.push(err);
-                false
-            }
-            Err(oneshot::error::TryRecvError::Empty) => true,
-            Err(oneshot::error::TryRecvError::Closed) => {
-                failures.push(LedgerError::Closed {
-                    detail: "the writer stopped before answering a settle".into(),
-                });
-                false
-            }
-        });
-        failures
+        verdicts.sweep();
+        std::mem::take(&mut verdicts.failed)
     }
-
     fn in_flight(&self) -> MutexGuard<'_, HashSet<(RunId, CallId)>> {
         self.in_flight
             .lock()
@@ -185,10 +201,11 @@ impl EffectLedger for FencedLedger {
             .core
             .settled_detached(run, call, outcome, self.lease())
             .await?;
-        self.verdicts
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(verdict);
+        let mut verdicts = self.verdicts.lock().unwrap_or_else(PoisonError::into_inner);
+        // Settled verdicts go as they come, so a long run keeps only the
+        // ones still to come and the failures.
+        verdicts.sweep();
+        verdicts.pending.push(verdict);
         Ok(())
     }
 

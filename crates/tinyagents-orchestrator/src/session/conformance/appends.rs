@@ -140,7 +140,7 @@ pub async fn concurrent_appends_on_one_revision_have_one_winner(store: &dyn Sess
     let batches: Vec<[Message; 1]> = (0..8)
         .map(|k| [Message::assistant(format!("writer {k}"))])
         .collect();
-    let results = join_all(batches.iter().map(|b| store.append(&id, 1, b)).collect()).await;
+    let results = join_all(batches.iter().map(|b| store.append(&id, 1, b))).await;
     let mut winners: Vec<(usize, SessionStamp)> = Vec::new();
     for (k, result) in results.into_iter().enumerate() {
         match result {

@@ -157,7 +157,7 @@ async fn race(store: &dyn SessionStore, id: &SessionId, base: u64) {
             ..top(id.clone(), vec![Message::user(format!("writer {k}"))])
         })
         .collect();
-    let results = join_all(records.iter().map(|r| store.save(r)).collect()).await;
+    let results = join_all(records.iter().map(|r| store.save(r))).await;
     let mut winners = Vec::new();
     for (k, result) in results.into_iter().enumerate() {
         match result {
