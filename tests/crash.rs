@@ -23,6 +23,10 @@ const POINT: &str = "TINYAGENTS_CRASH_POINT";
 const DIR: &str = "TINYAGENTS_CRASH_DIR";
 const RUN: &str = "crash-run";
 
+/// Set once the child's first run has suspended: the `before_resume_start`
+/// point stops only the resume's commits.
+static RESUMING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 fn reached(dir: &Path) {
     std::fs::write(dir.join("reached"), b"1").unwrap();
 }
@@ -118,6 +122,9 @@ fn crash_child() {
             let stop = match (hook_point.as_str(), at) {
                 ("before_started", CommitPoint::BeforeCommit { started }) => started > 0,
                 ("after_started", CommitPoint::AfterCommit { started }) => started > 0,
+                ("before_resume_start", CommitPoint::BeforeCommit { started }) => {
+                    started > 0 && RESUMING.load(std::sync::atomic::Ordering::SeqCst)
+                }
                 _ => false,
             };
             if stop {
@@ -133,7 +140,7 @@ fn crash_child() {
         let ledger = SqliteLedger::open_with(dir.join("ledger.db"), options)
             .await
             .unwrap();
-        if point == "during_resume" {
+        if point == "during_resume" || point == "before_resume_start" {
             return pay_in_a_resume(&dir, ledger).await;
         }
         if let Some(durable) = point.strip_prefix("after_settle_") {
@@ -189,6 +196,12 @@ async fn pay_in_a_resume(dir: &Path, ledger: SqliteLedger) {
     let text = serde_json::to_string(&suspended).unwrap();
     std::fs::write(dir.join("suspended.json"), text).unwrap();
     let decisions: Vec<_> = suspended.pending().map(|p| p.approve()).collect();
+    std::fs::write(
+        dir.join("decisions.json"),
+        serde_json::to_string(&decisions).unwrap(),
+    )
+    .unwrap();
+    RESUMING.store(true, std::sync::atomic::Ordering::SeqCst);
     let second = approving(ScriptedModel::new([ChatResponse::text("unreachable")]));
     let _ = second
         .resume(
@@ -478,6 +491,157 @@ async fn killed_during_a_resume_the_approved_call_ran_at_most_once_and_its_row_s
         "{again:?}"
     );
     assert_eq!(effects(dir.path()), 1, "the payment happened exactly once");
+}
+
+/// The harness of the `during_resume` child: `pay` waits for a person.
+fn approving(dir: &Path, ledger: Arc<SqliteLedger>, answers: Vec<ChatResponse>) -> AgentHarness {
+    use tinyagents::middleware::HumanApprovalMiddleware;
+    let mut builder = AgentHarness::builder(Arc::new(ScriptedModel::new(answers)))
+        .ledger(ledger)
+        .middleware(Arc::new(HumanApprovalMiddleware::new().require("pay")));
+    for tool in tools(dir, None) {
+        builder.register(tool).unwrap();
+    }
+    builder.build().unwrap()
+}
+
+fn stored_decisions(dir: &Path) -> Vec<tinyagents::harness::ApprovalDecision> {
+    serde_json::from_str(&std::fs::read_to_string(dir.join("decisions.json")).unwrap()).unwrap()
+}
+
+/// Issue 29: killed during a resume while the approved payment runs, the
+/// run is recovered by a harness with the same policies (the payment still
+/// needs a person): its started row shows it was admitted, so nobody is
+/// asked to approve it again, it is not run again, and the run finishes.
+/// Before the fix the recovery waited for the same approval again.
+#[tokio::test]
+async fn killed_during_a_resume_a_recovery_under_the_same_policies_asks_no_one_again() {
+    let dir = crash_at("during_resume");
+    let ledger = reopen(dir.path()).await;
+    assert_eq!(effects(dir.path()), 1);
+    for decisions in [Vec::new(), stored_decisions(dir.path())] {
+        let harness = approving(
+            dir.path(),
+            Arc::clone(&ledger),
+            vec![ChatResponse::text("told the user")],
+        );
+        let options = ResumeOptions {
+            decisions,
+            ..ResumeOptions::default()
+        };
+        let run = harness
+            .recover(&RunId::from(RUN), options, &EventSink::none())
+            .await;
+        if let Ok(run) = &run
+            && run.status == RunStatus::Completed
+        {
+            assert!(run.suspended.is_none());
+            let results = tinyagents_tests::tool_results(&run.messages);
+            assert!(
+                results[0].1.starts_with("interrupted, outcome unknown"),
+                "{results:?}"
+            );
+            assert_eq!(run.final_text, "told the user");
+            continue;
+        }
+        // The second pass meets the run the first one finished.
+        let error = run.map(|r| r.status).unwrap_err();
+        assert!(
+            matches!(&error, TinyAgentsError::State(t) if t.contains("has finished")),
+            "{error:?}"
+        );
+    }
+    assert_eq!(
+        statuses(&ledger).await,
+        [("p1".to_owned(), CallStatus::Interrupted)]
+    );
+    assert_eq!(effects(dir.path()), 1, "the payment happened exactly once");
+}
+
+/// Issue 29: killed in a resume before the approved payment's started row
+/// was durable (the decision made, not yet used): a recovery given the
+/// run's decisions pays once without asking anyone; one without them
+/// waits for a person again and pays nothing; a decision bound to other
+/// arguments is not taken for the call's.
+#[tokio::test]
+async fn killed_in_a_resume_before_the_approved_call_started_its_decision_is_used_once_by_the_recovery()
+ {
+    let dir = crash_at("before_resume_start");
+    let ledger = reopen(dir.path()).await;
+    assert_eq!(effects(dir.path()), 0, "the payment never started");
+    let recover_with = |decisions: Vec<tinyagents::harness::ApprovalDecision>| {
+        let harness = approving(
+            dir.path(),
+            Arc::clone(&ledger),
+            vec![ChatResponse::text("paid")],
+        );
+        async move {
+            let options = ResumeOptions {
+                decisions,
+                ..ResumeOptions::default()
+            };
+            harness
+                .recover(&RunId::from(RUN), options, &EventSink::none())
+                .await
+                .unwrap()
+        }
+    };
+    let without = recover_with(Vec::new()).await;
+    assert_eq!(without.status, RunStatus::AwaitingApproval);
+    assert_eq!(effects(dir.path()), 0);
+
+    let mut forged = stored_decisions(dir.path());
+    forged[0].args_hash = tinyagents::core::args_hash(&json!({"amount": 1000}));
+    let refused = recover_with(forged).await;
+    let results = tinyagents_tests::tool_results(&refused.messages);
+    assert!(
+        results[0].1.contains("does not match this call"),
+        "{results:?}"
+    );
+    assert_eq!(
+        effects(dir.path()),
+        0,
+        "a decision for other arguments runs nothing"
+    );
+}
+
+/// Issue 29: the same crash, recovered once with the run's decisions: the
+/// approved payment runs exactly once and the run finishes; a second
+/// recovery with the same decisions finds the run finished.
+#[tokio::test]
+async fn killed_in_a_resume_before_the_approved_call_started_a_recovery_with_its_decisions_pays_once()
+ {
+    let dir = crash_at("before_resume_start");
+    let ledger = reopen(dir.path()).await;
+    let decisions = stored_decisions(dir.path());
+    let harness = approving(
+        dir.path(),
+        Arc::clone(&ledger),
+        vec![ChatResponse::text("paid")],
+    );
+    let options = ResumeOptions {
+        decisions: decisions.clone(),
+        ..ResumeOptions::default()
+    };
+    let run = harness
+        .recover(&RunId::from(RUN), options.clone(), &EventSink::none())
+        .await
+        .unwrap();
+    assert_eq!(run.status, RunStatus::Completed, "{:?}", run.messages);
+    assert_eq!(effects(dir.path()), 1, "paid once");
+    assert_eq!(
+        statuses(&ledger).await,
+        [("p1".to_owned(), CallStatus::Completed)]
+    );
+    let again = harness
+        .recover(&RunId::from(RUN), options, &EventSink::none())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&again, TinyAgentsError::State(t) if t.contains("has finished")),
+        "{again:?}"
+    );
+    assert_eq!(effects(dir.path()), 1, "still once");
 }
 
 /// Issue 18: a `durable_settle` tool's settled row is durable before its

@@ -47,6 +47,7 @@ async fn issue10_item8_a_resumed_run_whose_buffer_is_never_read_gives_way_to_can
     let canceller = cancel_when_full(probe, token.clone());
     let options = ResumeOptions {
         cancel: Some(token),
+        ..ResumeOptions::default()
     };
     let run = hang_guard(
         "a cancelled resumed run nobody reads",

@@ -91,6 +91,7 @@ pub(crate) async fn resume(run_id: &str, store: Option<&Path>, how: How) -> anyh
     let mut watch = Watch::new(how.mode);
     let options = ResumeOptions {
         cancel: Some(interrupt.token()),
+        ..ResumeOptions::default()
     };
     let code = {
         let handle = team
@@ -174,6 +175,7 @@ pub(crate) async fn recover(
             let mut watch = Watch::new(how.mode);
             let options = ResumeOptions {
                 cancel: Some(interrupt.token()),
+                ..ResumeOptions::default()
             };
             let handle = team.main.start_recover(&id, options);
             let mut runner = runner(&team, &loaded, &mut records, &mut watch, &interrupt, how);

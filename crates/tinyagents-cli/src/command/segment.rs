@@ -82,6 +82,7 @@ impl Runner<'_> {
     ) -> Result<AgentRun, RunError> {
         let options = ResumeOptions {
             cancel: Some(self.interrupt.token()),
+            ..ResumeOptions::default()
         };
         let handle = self.agent.start_resume(suspended, decisions, options);
         drive(handle, self.watch, self.interrupt).await

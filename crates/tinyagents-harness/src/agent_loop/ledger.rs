@@ -102,6 +102,34 @@ impl Run<'_> {
     }
 }
 
+impl Run<'_> {
+    /// In a recovery, the decision a call that would wait for a person
+    /// already has: an approval, when its started row (same tool and
+    /// arguments, in doubt) shows it was admitted before the crash, so its
+    /// admission goes on to its tool's reconciliation and is not asked
+    /// again; else the decision a person made before the crash
+    /// (`ResumeOptions::decisions`) on this call of this run.
+    pub(crate) async fn earlier_decision(
+        &self,
+        pending: &crate::run::PendingCall,
+    ) -> Option<crate::run::ApprovalDecision> {
+        let decided = self.decided.as_ref()?;
+        let call = &pending.call;
+        if let Some(ledger) = &self.harness.ledger
+            && let Ok(Some(row)) = guarded("get", ledger.get(&self.ctx.run_id, &call.id)).await
+            && row.is_in_doubt()
+            && row.tool_name == call.name
+            && row.args_hash == args_hash(&self.events.redaction().copy(&call.arguments))
+        {
+            return Some(pending.approve());
+        }
+        decided
+            .iter()
+            .find(|d| d.run_id == self.ctx.run_id && d.call_id == call.id)
+            .cloned()
+    }
+}
+
 impl AgentHarness {
     /// Claims a new run's id in the ledger: an id the ledger already holds
     /// (another run's, finished or not) is refused, so a new run is never

@@ -68,6 +68,9 @@ pub(crate) struct Run<'h> {
     /// authorises one execution; a resume that meets one in doubt asks its
     /// tool what became of it instead of running it again).
     pub(crate) approved_once: Vec<CallId>,
+    /// In a recovery, the decisions already made on the calls its turn
+    /// waited on (`ResumeOptions::decisions`); `None` in any other segment.
+    pub(crate) decided: Option<Vec<crate::run::ApprovalDecision>>,
     /// The model options of this run when they are not the harness's: the
     /// run asked for an output schema.
     pub(crate) options: Option<ModelOptions>,
@@ -180,6 +183,7 @@ impl AgentHarness {
             limit_reported: false,
             cursor: None,
             approved_once: Vec::new(),
+            decided: None,
             options,
         }
     }

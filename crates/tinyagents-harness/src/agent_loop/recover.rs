@@ -214,6 +214,8 @@ impl AgentHarness {
             u32::try_from(n).unwrap_or(u32::MAX)
         };
         let (model_rows, nested_rows) = (count(false), count(true));
+        let mut options = options;
+        let decided = std::mem::take(&mut options.decisions);
         let (ctx, mut state) = self.restore(saved, options);
         ctx.tracker().charge_at_least(0, nested_rows);
         // Calls issued after a checkpoint that was lost keep their rows; new
@@ -233,6 +235,7 @@ impl AgentHarness {
             _ => None,
         };
         let mut run = self.open(ctx, state, events);
+        run.decided = Some(decided);
         *events = run.sink().clone();
         // The checkpoint holds the state a resume of this turn is checked
         // against: save it again with the ids numbered on.

@@ -25,11 +25,22 @@ use crate::run::{
 use crate::segment::SegmentGuard;
 use crate::trace::{self, Segment};
 
-/// Options of a resumed run segment.
+/// Options of a resumed or recovered run segment.
 #[derive(Debug, Clone, Default)]
 pub struct ResumeOptions {
     /// The resumed run's cancellation token; a fresh one when absent.
     pub cancel: Option<tinyagents_core::CancellationToken>,
+    /// For a recovery only: the decisions a person made on the calls the
+    /// run waited on, when the resume that was to use them was cut short
+    /// (its process died). A call of the recovered turn that would wait
+    /// for a person again is decided with its decision instead (bound, as
+    /// in a resume, to the run, the call, the tool and the arguments), so
+    /// nobody is asked twice; a call whose started row shows it was
+    /// admitted before is answered from its row or its tool's
+    /// reconciliation whatever the decisions say, so an approval is used
+    /// once. A resume takes its decisions as an argument and refuses any
+    /// here.
+    pub decisions: Vec<ApprovalDecision>,
 }
 
 impl<'h> Run<'h> {
@@ -77,7 +88,7 @@ impl<'h> Run<'h> {
 
     /// Applies a decision to a waiting call: an approved call is admitted
     /// again with the approval granted; others are refused.
-    async fn decide(
+    pub(super) async fn decide(
         &mut self,
         position: usize,
         pending: PendingCall,
@@ -223,6 +234,11 @@ impl AgentHarness {
         options: ResumeOptions,
         events: &mut EventSink,
     ) -> Result<AgentRun, TinyAgentsError> {
+        if !options.decisions.is_empty() {
+            return Err(TinyAgentsError::Config(
+                "ResumeOptions::decisions is for a recovery: a resume takes its decisions as its own argument".to_owned(),
+            ));
+        }
         suspended.check_format()?;
         check_turn(&suspended)?;
         let decided = match_decisions(&suspended, decisions)?;

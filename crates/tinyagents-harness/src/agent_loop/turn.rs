@@ -180,7 +180,16 @@ impl<'h> Run<'h> {
                     // not asked to approve what already happened.
                     Some(result) => Slot::Recorded { call, result },
                     None => {
-                        Slot::Pending(PendingCall::waiting(self.ctx.run_id.clone(), call, reason))
+                        let pending = PendingCall::waiting(self.ctx.run_id.clone(), call, reason);
+                        match self.earlier_decision(&pending).await {
+                            // Decided before a crash: admitted again with
+                            // that decision, from the slot it gives back.
+                            Some(decision) => {
+                                self.ctx.tracker().release_tool_call();
+                                self.decide(position, pending, false, Some(&decision)).await
+                            }
+                            None => Slot::Pending(pending),
+                        }
                     }
                 },
                 Admission::Fatal(_, error) => return Ok(TurnEnd::Fail(error)),

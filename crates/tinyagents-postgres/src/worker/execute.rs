@@ -95,6 +95,7 @@ async fn drive(
 ) -> Ending {
     let options = || ResumeOptions {
         cancel: Some(token.clone()),
+        ..ResumeOptions::default()
     };
     let start = || {
         let request = run
