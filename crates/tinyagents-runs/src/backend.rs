@@ -1,0 +1,310 @@
+//! For run store backends (SQLite here, PostgreSQL in
+//! `tinyagents-postgres`): the seals and the checks every backend applies,
+//! so that they all seal the same parts and refuse the same things with
+//! the same errors. A backend reads what it stores, asks these functions,
+//! and writes only on `Ok`; the conformance suite (feature `conformance`)
+//! holds it to the same behaviour.
+
+use serde_json::Value;
+use tinyagents_core::{CallId, RunId, args_hash};
+use tinyagents_harness::SuspendedRun;
+use tinyagents_ledger::Timestamp;
+
+use crate::approval::{Decision, DecisionRecord, WaitingCall};
+use crate::error::{RunStoreError, RunStoreResult};
+use crate::record::{AgentsFile, RecordStatus};
+use crate::seal::SealKey;
+
+/// The parts of a record that decide what it runs, as the seal covers
+/// them: the run, its agent, its agents file and hash, its session and the
+/// exact stored text of its request.
+#[derive(Debug, Clone, Copy)]
+pub struct Identity<'a> {
+    /// The run.
+    pub run_id: &'a RunId,
+    /// Its agent.
+    pub agent: &'a str,
+    /// Its agents file.
+    pub file: Option<&'a AgentsFile>,
+    /// Its session.
+    pub session: Option<&'a str>,
+    /// The stored JSON text of its request.
+    pub request: &'a str,
+}
+
+impl Identity<'_> {
+    fn parts(&self) -> [&[u8]; 7] {
+        let (path, hash, has_file): (&[u8], &[u8], &[u8]) = match self.file {
+            Some(file) => (file.path.as_bytes(), file.sha256.as_bytes(), b"file"),
+            None => (b"", b"", b"code"),
+        };
+        [
+            self.run_id.as_str().as_bytes(),
+            self.agent.as_bytes(),
+            has_file,
+            path,
+            hash,
+            self.session.unwrap_or_default().as_bytes(),
+            self.request.as_bytes(),
+        ]
+    }
+
+    /// Its seal.
+    pub fn seal(&self, key: &SealKey) -> String {
+        let parts = self.parts();
+        let mut message: Vec<&[u8]> = vec![b"record"];
+        message.extend(parts);
+        key.seal(&message)
+    }
+
+    /// Refuses a record whose seal does not match.
+    pub fn check(&self, key: &SealKey, seal: &str) -> RunStoreResult<()> {
+        let mut message: Vec<&[u8]> = vec![b"record"];
+        message.extend(self.parts());
+        if key.verify(&message, seal) {
+            Ok(())
+        } else {
+            Err(tampered(self.run_id, "record"))
+        }
+    }
+}
+
+/// A waiting call as a backend writes it when a run suspends: read from
+/// the suspended state, never from whoever decides.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewWaiting {
+    /// Its place in the suspended turn.
+    pub position: u32,
+    /// The call.
+    pub call_id: CallId,
+    /// Its tool.
+    pub tool: String,
+    /// Why it waits.
+    pub reason: String,
+    /// The hash of its (stored) arguments, as the approval binds it.
+    pub args_hash: String,
+    /// Its stored arguments (redacted).
+    pub arguments: Value,
+}
+
+/// The waiting calls of `state`, in call order.
+pub fn waiting_calls_of(state: &SuspendedRun) -> Vec<NewWaiting> {
+    state
+        .pending()
+        .zip(0_u32..)
+        .map(|(pending, position)| NewWaiting {
+            position,
+            call_id: pending.call.id.clone(),
+            tool: pending.call.name.clone(),
+            reason: pending.reason.clone(),
+            args_hash: args_hash(&pending.call.arguments),
+            arguments: pending.call.arguments.clone(),
+        })
+        .collect()
+}
+
+/// The message a waiting call's seal covers: run, suspension, call, tool,
+/// arguments' hash and reason.
+fn waiting_message(
+    run: &RunId,
+    suspension: u32,
+    call: &CallId,
+    tool: &str,
+    hash: &str,
+    reason: &str,
+) -> Vec<Vec<u8>> {
+    vec![
+        b"waiting".to_vec(),
+        run.as_str().as_bytes().to_vec(),
+        suspension.to_string().into_bytes(),
+        call.as_str().as_bytes().to_vec(),
+        tool.as_bytes().to_vec(),
+        hash.as_bytes().to_vec(),
+        reason.as_bytes().to_vec(),
+    ]
+}
+
+/// The message a decision's seal covers: its call's binding, the verdict,
+/// the reason, who and when.
+fn decision_message(call: &WaitingCall, decision: &DecisionRecord) -> Vec<Vec<u8>> {
+    let mut message = waiting_message(
+        &call.run_id,
+        call.suspension,
+        &call.call_id,
+        &call.tool,
+        &call.args_hash,
+        &call.reason,
+    );
+    message[0] = b"decision".to_vec();
+    message.extend([
+        if decision.approved {
+            b"approved".to_vec()
+        } else {
+            b"denied".to_vec()
+        },
+        decision.reason.clone().unwrap_or_default().into_bytes(),
+        decision.by.clone().into_bytes(),
+        decision.at.as_millis().to_string().into_bytes(),
+    ]);
+    message
+}
+
+fn framed(message: &[Vec<u8>]) -> Vec<&[u8]> {
+    message.iter().map(Vec::as_slice).collect()
+}
+
+/// The seal of a waiting call's binding.
+pub fn waiting_seal(key: &SealKey, run: &RunId, suspension: u32, call: &NewWaiting) -> String {
+    let message = waiting_message(
+        run,
+        suspension,
+        &call.call_id,
+        &call.tool,
+        &call.args_hash,
+        &call.reason,
+    );
+    key.seal(&framed(&message))
+}
+
+/// The seal of a decision on a waiting call.
+pub fn decision_seal(key: &SealKey, call: &WaitingCall, decision: &DecisionRecord) -> String {
+    key.seal(&framed(&decision_message(call, decision)))
+}
+
+/// Refuses a waiting call read back whose seals (binding, and decision
+/// when made) do not match, or whose stored arguments are not those its
+/// binding hashed.
+pub fn check_waiting(
+    key: &SealKey,
+    call: &WaitingCall,
+    seal: &str,
+    decision_seal: Option<&str>,
+) -> RunStoreResult<()> {
+    let binding = waiting_message(
+        &call.run_id,
+        call.suspension,
+        &call.call_id,
+        &call.tool,
+        &call.args_hash,
+        &call.reason,
+    );
+    if !key.verify(&framed(&binding), seal) || args_hash(&call.arguments) != call.args_hash {
+        return Err(tampered(
+            &call.run_id,
+            &format!("waiting call {}", call.call_id),
+        ));
+    }
+    let decided = match (&call.decision, decision_seal) {
+        (None, None) => true,
+        (Some(decision), Some(stored)) => {
+            key.verify(&framed(&decision_message(call, decision)), stored)
+        }
+        _ => false,
+    };
+    if decided {
+        Ok(())
+    } else {
+        Err(tampered(
+            &call.run_id,
+            &format!("decision on call {}", call.call_id),
+        ))
+    }
+}
+
+/// Checks a decision step against the calls of the run's last suspension:
+/// each decision names a call that waits, undecided, and names it once.
+/// Returns the calls each decision applies to, in the decisions' order.
+pub fn check_decisions<'w>(
+    run: &RunId,
+    calls: &'w [WaitingCall],
+    decisions: &[Decision],
+) -> RunStoreResult<Vec<&'w WaitingCall>> {
+    let mut chosen: Vec<&WaitingCall> = Vec::with_capacity(decisions.len());
+    for decision in decisions {
+        let Some(call) = calls.iter().find(|c| c.call_id == decision.call_id) else {
+            return Err(RunStoreError::NotWaiting {
+                run: run.clone(),
+                call: decision.call_id.clone(),
+                waiting: calls
+                    .iter()
+                    .filter(|c| c.decision.is_none())
+                    .map(|c| c.call_id.clone())
+                    .collect(),
+            });
+        };
+        if let Some(made) = &call.decision {
+            return Err(RunStoreError::AlreadyDecided {
+                run: run.clone(),
+                call: call.call_id.clone(),
+                verdict: if made.approved { "approved" } else { "denied" },
+                by: made.by.clone(),
+            });
+        }
+        if chosen.iter().any(|c| c.call_id == call.call_id) {
+            return Err(RunStoreError::AlreadyDecided {
+                run: run.clone(),
+                call: call.call_id.clone(),
+                verdict: "decided twice in this step",
+                by: "this step".to_owned(),
+            });
+        }
+        chosen.push(call);
+    }
+    Ok(chosen)
+}
+
+/// Refuses a claim of a run in `status` with epoch `epoch` by a caller
+/// that saw `seen`: only an unmoved epoch, and a run that may be taken.
+pub fn check_claim(run: &RunId, status: RecordStatus, epoch: u64, seen: u64) -> RunStoreResult<()> {
+    if epoch != seen {
+        return Err(RunStoreError::Taken {
+            run: run.clone(),
+            expected: seen,
+            found: epoch,
+        });
+    }
+    match status {
+        RecordStatus::Queued
+        | RecordStatus::Running
+        | RecordStatus::Failed
+        | RecordStatus::Cancelled => Ok(()),
+        other => Err(RunStoreError::WrongStatus {
+            run: run.clone(),
+            status: other,
+            expected: "queued, running with its holder gone, failed or cancelled",
+        }),
+    }
+}
+
+/// The error of a part whose seal does not match.
+pub fn tampered(run: &RunId, what: &str) -> RunStoreError {
+    RunStoreError::Tampered {
+        run: run.clone(),
+        what: what.to_owned(),
+    }
+}
+
+/// How a claim will run the run, for its history: a decided suspension is
+/// resumed, a run taken before is recovered, a new one started.
+pub fn segment_name(resume: bool, takeover: bool) -> &'static str {
+    match (resume, takeover) {
+        (true, _) => "resume",
+        (false, true) => "recover",
+        (false, false) => "start",
+    }
+}
+
+/// The time stamp of now, by the clock rows are stamped with.
+pub fn now() -> Timestamp {
+    Timestamp::now()
+}
+
+/// Milliseconds as a signed column value.
+pub fn to_i64(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+/// A signed column value as milliseconds (negative as zero).
+pub fn to_u64(n: i64) -> u64 {
+    u64::try_from(n).unwrap_or(0)
+}

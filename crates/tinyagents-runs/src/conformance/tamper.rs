@@ -1,0 +1,116 @@
+//! Seals: a part of a run edited outside the store (in the database, by
+//! hand) is refused before anything of it is used. The backend makes each
+//! [`Edit`] in its own SQL.
+
+use std::future::Future;
+
+use serde_json::json;
+use tinyagents_core::{RunId, Usage};
+
+use super::{LONG, hold, new_run, suspended_state};
+use crate::{Decision, Ending, RunStore, RunStoreError};
+
+/// An edit made outside the store, which the backend makes with its own
+/// SQL on the named run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Edit {
+    /// The record's agents file path set to this.
+    FilePath(RunId, String),
+    /// The record's agents file hash set to this.
+    FileHash(RunId, String),
+    /// The stored request's text replaced by this (valid JSON).
+    Request(RunId, String),
+    /// A waiting call's arguments replaced by this JSON text, and its
+    /// arguments' hash by that of the new arguments.
+    Arguments(RunId, String, String),
+    /// A decided call's verdict flipped to approved.
+    Verdict(RunId, String),
+    /// One character of the sealed state's payload changed (`"amount":120`
+    /// becomes `"amount":920`).
+    State(RunId),
+}
+
+/// Each edit is refused when read back: the record, a waiting call, a
+/// decision, the suspended state; nothing of it is used, and the error
+/// names the part.
+pub async fn every_sealed_part_refuses_an_edit<F, Fut>(store: &dyn RunStore, edit: F)
+where
+    F: Fn(Edit) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    let tampered = |error: RunStoreError, part: &str| match error {
+        RunStoreError::Tampered { what, .. } => {
+            assert!(what.starts_with(part), "{what} names {part}")
+        }
+        other => panic!("expected a seal refusal naming {part}, got {other:?}"),
+    };
+    for (i, change) in ["path", "hash", "request"].into_iter().enumerate() {
+        let run = new_run("tamper", "go");
+        let id = run.run_id.clone();
+        store.create(run, None).await.unwrap();
+        edit(match i {
+            0 => Edit::FilePath(id.clone(), "/tmp/evil.toml".into()),
+            1 => Edit::FileHash(id.clone(), "0".repeat(64)),
+            _ => Edit::Request(id.clone(), r#"{"input":"wire the money"}"#.into()),
+        })
+        .await;
+        tampered(store.get(&id).await.unwrap_err(), "record");
+        let claimed = store.claim(&id, 0, &hold("w", LONG)).await.unwrap_err();
+        tampered(claimed, "record");
+        assert!(
+            store
+                .list(&crate::RunQuery::default().agent("tamper"))
+                .await
+                .is_err(),
+            "a listing does not skip an edited record ({change})"
+        );
+    }
+    // A waiting call's arguments, a decision's verdict, the state.
+    for part in ["arguments", "verdict", "state"] {
+        let run = new_run("tamper-calls", "go");
+        let id = run.run_id.clone();
+        store.create(run, Some(&hold("w", LONG))).await.unwrap();
+        let state = suspended_state(&id, &[("p1", "pay", json!({"to": "acme", "amount": 120}))]);
+        let ending = Ending::Suspended {
+            state: Box::new(state),
+            usage: Usage::default(),
+        };
+        assert!(store.end(&id, 1, &ending).await.unwrap());
+        match part {
+            "arguments" => {
+                let args = json!({"to": "mallory", "amount": 120});
+                let text = args.to_string();
+                edit(Edit::Arguments(
+                    id.clone(),
+                    text,
+                    tinyagents_core::args_hash(&args),
+                ))
+                .await;
+                tampered(store.approvals(&id).await.unwrap_err(), "waiting call p1");
+                let refused = store
+                    .decide(&id, "alice", &[Decision::approve("p1")])
+                    .await
+                    .unwrap_err();
+                tampered(refused, "waiting call p1");
+            }
+            "verdict" => {
+                store
+                    .decide(&id, "alice", &[Decision::deny("p1", "no")])
+                    .await
+                    .unwrap();
+                edit(Edit::Verdict(id.clone(), "p1".into())).await;
+                tampered(
+                    store.approvals(&id).await.unwrap_err(),
+                    "decision on call p1",
+                );
+                let seen = store.get(&id).await.unwrap().unwrap().epoch;
+                let claim = store.claim(&id, seen, &hold("w", LONG)).await.unwrap_err();
+                tampered(claim, "decision on call p1");
+            }
+            _ => {
+                edit(Edit::State(id.clone())).await;
+                tampered(store.get(&id).await.unwrap_err(), "suspended state");
+            }
+        }
+    }
+}

@@ -1,0 +1,311 @@
+//! Reading the store's rows back, their seals checked.
+
+use rusqlite::{Connection, OptionalExtension as _, Row, params};
+use tinyagents_core::{CallId, RunId, Usage};
+use tinyagents_harness::SealedRun;
+use tinyagents_ledger::Timestamp;
+
+use crate::approval::{DecisionRecord, WaitingCall};
+use crate::backend::{Identity, check_waiting, to_u64};
+use crate::error::{RunStoreError, RunStoreResult};
+use crate::history::HistoryEntry;
+use crate::record::{AgentsFile, Holder, RecordStatus, RunRecord, StoredRequest};
+use crate::seal::SealKey;
+
+/// The columns [`record`] reads, in its order.
+pub(super) const RECORD_COLUMNS: &str = "run_id, agent, file_path, file_sha256, session, request, \
+    seal, status, owner, host, pid, lease_until, epoch, created_at, started_at, updated_at, \
+    ended_at, input_tokens, output_tokens, final_text, error, suspension, suspended";
+
+/// What a record row holds, before its seals are checked.
+struct RawRecord {
+    run_id: String,
+    agent: String,
+    file_path: Option<String>,
+    file_sha256: Option<String>,
+    session: Option<String>,
+    request: String,
+    seal: String,
+    status: String,
+    owner: Option<String>,
+    host: Option<String>,
+    pid: Option<i64>,
+    lease_until: Option<i64>,
+    epoch: i64,
+    created_at: i64,
+    started_at: Option<i64>,
+    updated_at: i64,
+    ended_at: Option<i64>,
+    input_tokens: i64,
+    output_tokens: i64,
+    final_text: Option<String>,
+    error: Option<String>,
+    suspension: i64,
+    suspended: Option<String>,
+}
+
+fn raw(row: &Row<'_>) -> rusqlite::Result<RawRecord> {
+    Ok(RawRecord {
+        run_id: row.get(0)?,
+        agent: row.get(1)?,
+        file_path: row.get(2)?,
+        file_sha256: row.get(3)?,
+        session: row.get(4)?,
+        request: row.get(5)?,
+        seal: row.get(6)?,
+        status: row.get(7)?,
+        owner: row.get(8)?,
+        host: row.get(9)?,
+        pid: row.get(10)?,
+        lease_until: row.get(11)?,
+        epoch: row.get(12)?,
+        created_at: row.get(13)?,
+        started_at: row.get(14)?,
+        updated_at: row.get(15)?,
+        ended_at: row.get(16)?,
+        input_tokens: row.get(17)?,
+        output_tokens: row.get(18)?,
+        final_text: row.get(19)?,
+        error: row.get(20)?,
+        suspension: row.get(21)?,
+        suspended: row.get(22)?,
+    })
+}
+
+/// The record of `run`, if any.
+pub(super) fn record(
+    conn: &Connection,
+    key: &SealKey,
+    run: &RunId,
+) -> RunStoreResult<Option<RunRecord>> {
+    let raw = conn
+        .query_row(
+            &format!("SELECT {RECORD_COLUMNS} FROM runs WHERE run_id = ?1"),
+            [run.as_str()],
+            raw,
+        )
+        .optional()
+        .map_err(|e| storage("read a run", &e))?;
+    raw.map(|raw| decode(key, raw)).transpose()
+}
+
+/// The records a `WHERE` clause selects.
+pub(super) fn records(
+    conn: &Connection,
+    key: &SealKey,
+    clause: &str,
+    values: &[&dyn rusqlite::ToSql],
+) -> RunStoreResult<Vec<RunRecord>> {
+    let mut statement = conn
+        .prepare(&format!("SELECT {RECORD_COLUMNS} FROM runs {clause}"))
+        .map_err(|e| storage("list runs", &e))?;
+    let rows = statement
+        .query_map(values, raw)
+        .map_err(|e| storage("list runs", &e))?;
+    let mut out = Vec::new();
+    for row in rows {
+        out.push(decode(key, row.map_err(|e| storage("list runs", &e))?)?);
+    }
+    Ok(out)
+}
+
+fn decode(key: &SealKey, raw: RawRecord) -> RunStoreResult<RunRecord> {
+    let run_id = RunId::from(raw.run_id);
+    let file = match (raw.file_path, raw.file_sha256) {
+        (Some(path), Some(sha256)) => Some(AgentsFile { path, sha256 }),
+        _ => None,
+    };
+    Identity {
+        run_id: &run_id,
+        agent: &raw.agent,
+        file: file.as_ref(),
+        session: raw.session.as_deref(),
+        request: &raw.request,
+    }
+    .check(key, &raw.seal)?;
+    let unreadable = |what: &'static str, detail: String| RunStoreError::Unreadable {
+        run: run_id.clone(),
+        what,
+        detail,
+    };
+    let request: StoredRequest =
+        serde_json::from_str(&raw.request).map_err(|e| unreadable("request", e.to_string()))?;
+    let status = RecordStatus::parse(&raw.status)
+        .ok_or_else(|| unreadable("status", format!("unknown status '{}'", raw.status)))?;
+    let suspended = match raw.suspended {
+        Some(text) => {
+            let sealed: SealedRun = serde_json::from_str(&text)
+                .map_err(|e| unreadable("suspended state", e.to_string()))?;
+            Some(key.open_state(&run_id, &sealed)?)
+        }
+        None => None,
+    };
+    let holder = match (raw.owner, raw.host) {
+        (Some(owner), Some(host)) => Some(Holder {
+            owner,
+            host,
+            pid: raw.pid.and_then(|p| u32::try_from(p).ok()).unwrap_or(0),
+        }),
+        _ => None,
+    };
+    let stamp = |ms: i64| Timestamp::from_millis(to_u64(ms));
+    Ok(RunRecord {
+        agent: raw.agent,
+        file,
+        session: raw.session,
+        request,
+        status,
+        holder,
+        lease_until: raw.lease_until.map(stamp),
+        epoch: to_u64(raw.epoch),
+        created_at: stamp(raw.created_at),
+        started_at: raw.started_at.map(stamp),
+        updated_at: stamp(raw.updated_at),
+        ended_at: raw.ended_at.map(stamp),
+        usage: Usage {
+            input_tokens: to_u64(raw.input_tokens),
+            output_tokens: to_u64(raw.output_tokens),
+        },
+        final_text: raw.final_text,
+        error: raw.error,
+        suspension: u32::try_from(raw.suspension).unwrap_or(0),
+        suspended,
+        run_id,
+    })
+}
+
+/// The columns [`waiting`] reads, prefixed `w.`, with the run's agent.
+const WAITING_COLUMNS: &str = "w.run_id, r.agent, w.suspension, w.call_id, w.tool, w.reason, \
+    w.args_hash, w.arguments, w.requested_at, w.seal, w.approved, w.decision_reason, \
+    w.decided_by, w.decided_at, w.decision_seal";
+
+/// Waiting calls a `WHERE` clause selects (over `waiting_calls w JOIN runs
+/// r`), in the order it gives, their seals checked.
+pub(super) fn waiting(
+    conn: &Connection,
+    key: &SealKey,
+    clause: &str,
+    values: &[&dyn rusqlite::ToSql],
+) -> RunStoreResult<Vec<WaitingCall>> {
+    let mut statement = conn
+        .prepare(&format!(
+            "SELECT {WAITING_COLUMNS} FROM waiting_calls w JOIN runs r ON r.run_id = w.run_id {clause}"
+        ))
+        .map_err(|e| storage("read waiting calls", &e))?;
+    let rows = statement
+        .query_map(values, |row| {
+            Ok((
+                (
+                    row.get::<_, String>(0)?,
+                    row.get::<_, String>(1)?,
+                    row.get::<_, i64>(2)?,
+                    row.get::<_, String>(3)?,
+                    row.get::<_, String>(4)?,
+                    row.get::<_, String>(5)?,
+                    row.get::<_, String>(6)?,
+                    row.get::<_, String>(7)?,
+                ),
+                (
+                    row.get::<_, i64>(8)?,
+                    row.get::<_, String>(9)?,
+                    row.get::<_, Option<i64>>(10)?,
+                    row.get::<_, Option<String>>(11)?,
+                    row.get::<_, Option<String>>(12)?,
+                    row.get::<_, Option<i64>>(13)?,
+                    row.get::<_, Option<String>>(14)?,
+                ),
+            ))
+        })
+        .map_err(|e| storage("read waiting calls", &e))?;
+    let mut out = Vec::new();
+    for row in rows {
+        let (
+            (run, agent, suspension, call, tool, reason, hash, arguments),
+            (requested, seal, approved, why, by, at, decision_seal),
+        ) = row.map_err(|e| storage("read waiting calls", &e))?;
+        let run_id = RunId::from(run);
+        let arguments =
+            serde_json::from_str(&arguments).map_err(|e| RunStoreError::Unreadable {
+                run: run_id.clone(),
+                what: "waiting call's arguments",
+                detail: e.to_string(),
+            })?;
+        let decision = match (approved, by, at) {
+            (Some(approved), Some(by), Some(at)) => Some(DecisionRecord {
+                approved: approved != 0,
+                reason: why,
+                by,
+                at: Timestamp::from_millis(to_u64(at)),
+            }),
+            _ => None,
+        };
+        let call = WaitingCall {
+            run_id,
+            agent,
+            suspension: u32::try_from(suspension).unwrap_or(0),
+            call_id: CallId::new(call),
+            tool,
+            reason,
+            args_hash: hash,
+            arguments,
+            requested_at: Timestamp::from_millis(to_u64(requested)),
+            decision,
+        };
+        check_waiting(key, &call, &seal, decision_seal.as_deref())?;
+        out.push(call);
+    }
+    Ok(out)
+}
+
+/// The calls of the run's suspension `suspension`, in call order.
+pub(super) fn suspension_calls(
+    conn: &Connection,
+    key: &SealKey,
+    run: &RunId,
+    suspension: u32,
+) -> RunStoreResult<Vec<WaitingCall>> {
+    waiting(
+        conn,
+        key,
+        "WHERE w.run_id = ?1 AND w.suspension = ?2 ORDER BY w.position",
+        params![run.as_str(), suspension],
+    )
+}
+
+/// The run's history, oldest first.
+pub(super) fn history(conn: &Connection, run: &RunId) -> RunStoreResult<Vec<HistoryEntry>> {
+    let mut statement = conn
+        .prepare("SELECT at, by, event FROM run_history WHERE run_id = ?1 ORDER BY seq")
+        .map_err(|e| storage("read a run's history", &e))?;
+    let rows = statement
+        .query_map([run.as_str()], |row| {
+            Ok((
+                row.get::<_, i64>(0)?,
+                row.get::<_, String>(1)?,
+                row.get::<_, String>(2)?,
+            ))
+        })
+        .map_err(|e| storage("read a run's history", &e))?;
+    let mut out = Vec::new();
+    for row in rows {
+        let (at, by, event) = row.map_err(|e| storage("read a run's history", &e))?;
+        let event = serde_json::from_str(&event).map_err(|e| RunStoreError::Unreadable {
+            run: run.clone(),
+            what: "history entry",
+            detail: e.to_string(),
+        })?;
+        out.push(HistoryEntry {
+            at: Timestamp::from_millis(to_u64(at)),
+            by,
+            event,
+        });
+    }
+    Ok(out)
+}
+
+pub(super) fn storage(operation: &'static str, error: &rusqlite::Error) -> RunStoreError {
+    RunStoreError::Storage {
+        operation,
+        detail: error.to_string(),
+    }
+}
