@@ -6,13 +6,13 @@
 //! holds it to the same behaviour.
 
 use serde_json::Value;
-use tinyagents_core::{CallId, RunId, args_hash};
-use tinyagents_harness::SuspendedRun;
+use tinyagents_core::{CallId, RunId, Usage, args_hash};
+use tinyagents_harness::{SealedRun, SuspendedRun};
 use tinyagents_ledger::Timestamp;
 
 use crate::approval::{Decision, DecisionRecord, WaitingCall};
 use crate::error::{RunStoreError, RunStoreResult};
-use crate::record::{AgentsFile, RecordStatus};
+use crate::record::{AgentsFile, Holder, RecordStatus, RunRecord, StoredRequest};
 use crate::seal::SealKey;
 
 /// The parts of a record that decide what it runs, as the seal covers
@@ -307,4 +307,188 @@ pub fn to_i64(n: u64) -> i64 {
 /// A signed column value as milliseconds (negative as zero).
 pub fn to_u64(n: i64) -> u64 {
     u64::try_from(n).unwrap_or(0)
+}
+
+/// A record row as a backend stores it, before its seals are checked:
+/// times in milliseconds, the request and the sealed state as stored text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[allow(missing_docs)]
+pub struct StoredRecord {
+    pub run_id: String,
+    pub agent: String,
+    pub file_path: Option<String>,
+    pub file_sha256: Option<String>,
+    pub session: Option<String>,
+    pub request: String,
+    pub seal: String,
+    pub status: String,
+    pub owner: Option<String>,
+    pub host: Option<String>,
+    pub pid: Option<i64>,
+    pub lease_until: Option<i64>,
+    pub epoch: i64,
+    pub created_at: i64,
+    pub started_at: Option<i64>,
+    pub updated_at: i64,
+    pub ended_at: Option<i64>,
+    pub input_tokens: i64,
+    pub output_tokens: i64,
+    pub final_text: Option<String>,
+    pub error: Option<String>,
+    pub suspension: i64,
+    pub suspended: Option<String>,
+}
+
+impl StoredRecord {
+    /// The record, its identity's seal and its state's seal checked.
+    pub fn open(self, key: &SealKey) -> RunStoreResult<RunRecord> {
+        let run_id = RunId::from(self.run_id);
+        let file = match (self.file_path, self.file_sha256) {
+            (Some(path), Some(sha256)) => Some(AgentsFile { path, sha256 }),
+            _ => None,
+        };
+        Identity {
+            run_id: &run_id,
+            agent: &self.agent,
+            file: file.as_ref(),
+            session: self.session.as_deref(),
+            request: &self.request,
+        }
+        .check(key, &self.seal)?;
+        let unreadable = |what: &'static str, detail: String| RunStoreError::Unreadable {
+            run: run_id.clone(),
+            what,
+            detail,
+        };
+        let request: StoredRequest = serde_json::from_str(&self.request)
+            .map_err(|e| unreadable("request", e.to_string()))?;
+        let status = RecordStatus::parse(&self.status)
+            .ok_or_else(|| unreadable("status", format!("unknown status '{}'", self.status)))?;
+        let suspended = match self.suspended {
+            Some(text) => {
+                let sealed: SealedRun = serde_json::from_str(&text)
+                    .map_err(|e| unreadable("suspended state", e.to_string()))?;
+                Some(key.open_state(&run_id, &sealed)?)
+            }
+            None => None,
+        };
+        let holder = match (self.owner, self.host) {
+            (Some(owner), Some(host)) => Some(Holder {
+                owner,
+                host,
+                pid: self.pid.and_then(|p| u32::try_from(p).ok()).unwrap_or(0),
+            }),
+            _ => None,
+        };
+        let stamp = |ms: i64| Timestamp::from_millis(to_u64(ms));
+        Ok(RunRecord {
+            agent: self.agent,
+            file,
+            session: self.session,
+            request,
+            status,
+            holder,
+            lease_until: self.lease_until.map(stamp),
+            epoch: to_u64(self.epoch),
+            created_at: stamp(self.created_at),
+            started_at: self.started_at.map(stamp),
+            updated_at: stamp(self.updated_at),
+            ended_at: self.ended_at.map(stamp),
+            usage: Usage {
+                input_tokens: to_u64(self.input_tokens),
+                output_tokens: to_u64(self.output_tokens),
+            },
+            final_text: self.final_text,
+            error: self.error,
+            suspension: u32::try_from(self.suspension).unwrap_or(0),
+            suspended,
+            run_id,
+        })
+    }
+}
+
+/// A waiting call's row as a backend stores it, before its seals are
+/// checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[allow(missing_docs)]
+pub struct StoredWaiting {
+    pub run_id: String,
+    pub agent: String,
+    pub suspension: i64,
+    pub call_id: String,
+    pub tool: String,
+    pub reason: String,
+    pub args_hash: String,
+    pub arguments: String,
+    pub requested_at: i64,
+    pub seal: String,
+    pub approved: Option<bool>,
+    pub decision_reason: Option<String>,
+    pub decided_by: Option<String>,
+    pub decided_at: Option<i64>,
+    pub decision_seal: Option<String>,
+}
+
+impl StoredWaiting {
+    /// The waiting call, its binding's and decision's seals checked.
+    pub fn open(self, key: &SealKey) -> RunStoreResult<WaitingCall> {
+        let run_id = RunId::from(self.run_id);
+        let arguments =
+            serde_json::from_str(&self.arguments).map_err(|e| RunStoreError::Unreadable {
+                run: run_id.clone(),
+                what: "waiting call's arguments",
+                detail: e.to_string(),
+            })?;
+        let decision = match (self.approved, self.decided_by, self.decided_at) {
+            (Some(approved), Some(by), Some(at)) => Some(DecisionRecord {
+                approved,
+                reason: self.decision_reason,
+                by,
+                at: Timestamp::from_millis(to_u64(at)),
+            }),
+            _ => None,
+        };
+        let call = WaitingCall {
+            run_id,
+            agent: self.agent,
+            suspension: u32::try_from(self.suspension).unwrap_or(0),
+            call_id: CallId::new(self.call_id),
+            tool: self.tool,
+            reason: self.reason,
+            args_hash: self.args_hash,
+            arguments,
+            requested_at: Timestamp::from_millis(to_u64(self.requested_at)),
+            decision,
+        };
+        check_waiting(key, &call, &self.seal, self.decision_seal.as_deref())?;
+        Ok(call)
+    }
+}
+
+/// What a claim of `record` does: resume its decided state, recover it
+/// (taken before), or start it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClaimPlan {
+    /// The state to resume (the first claim after the last decision).
+    pub resume: Option<SuspendedRun>,
+    /// Whether it was taken before: recovered.
+    pub takeover: bool,
+    /// Its name in the history.
+    pub segment: &'static str,
+}
+
+impl ClaimPlan {
+    /// The plan of a claim of `record`.
+    pub fn of(record: &RunRecord) -> Self {
+        let resume = (record.status == RecordStatus::Queued)
+            .then(|| record.suspended.clone())
+            .flatten();
+        let takeover =
+            resume.is_none() && !(record.status == RecordStatus::Queued && record.epoch == 0);
+        Self {
+            segment: segment_name(resume.is_some(), takeover),
+            resume,
+            takeover,
+        }
+    }
 }

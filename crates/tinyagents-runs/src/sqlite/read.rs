@@ -1,15 +1,14 @@
 //! Reading the store's rows back, their seals checked.
 
 use rusqlite::{Connection, OptionalExtension as _, Row, params};
-use tinyagents_core::{CallId, RunId, Usage};
-use tinyagents_harness::SealedRun;
+use tinyagents_core::RunId;
 use tinyagents_ledger::Timestamp;
 
-use crate::approval::{DecisionRecord, WaitingCall};
-use crate::backend::{Identity, check_waiting, to_u64};
+use crate::approval::WaitingCall;
+use crate::backend::{StoredRecord, StoredWaiting, to_u64};
 use crate::error::{RunStoreError, RunStoreResult};
 use crate::history::HistoryEntry;
-use crate::record::{AgentsFile, Holder, RecordStatus, RunRecord, StoredRequest};
+use crate::record::RunRecord;
 use crate::seal::SealKey;
 
 /// The columns [`record`] reads, in its order.
@@ -17,35 +16,8 @@ pub(super) const RECORD_COLUMNS: &str = "run_id, agent, file_path, file_sha256, 
     seal, status, owner, host, pid, lease_until, epoch, created_at, started_at, updated_at, \
     ended_at, input_tokens, output_tokens, final_text, error, suspension, suspended";
 
-/// What a record row holds, before its seals are checked.
-struct RawRecord {
-    run_id: String,
-    agent: String,
-    file_path: Option<String>,
-    file_sha256: Option<String>,
-    session: Option<String>,
-    request: String,
-    seal: String,
-    status: String,
-    owner: Option<String>,
-    host: Option<String>,
-    pid: Option<i64>,
-    lease_until: Option<i64>,
-    epoch: i64,
-    created_at: i64,
-    started_at: Option<i64>,
-    updated_at: i64,
-    ended_at: Option<i64>,
-    input_tokens: i64,
-    output_tokens: i64,
-    final_text: Option<String>,
-    error: Option<String>,
-    suspension: i64,
-    suspended: Option<String>,
-}
-
-fn raw(row: &Row<'_>) -> rusqlite::Result<RawRecord> {
-    Ok(RawRecord {
+fn raw(row: &Row<'_>) -> rusqlite::Result<StoredRecord> {
+    Ok(StoredRecord {
         run_id: row.get(0)?,
         agent: row.get(1)?,
         file_path: row.get(2)?,
@@ -109,69 +81,8 @@ pub(super) fn records(
     Ok(out)
 }
 
-fn decode(key: &SealKey, raw: RawRecord) -> RunStoreResult<RunRecord> {
-    let run_id = RunId::from(raw.run_id);
-    let file = match (raw.file_path, raw.file_sha256) {
-        (Some(path), Some(sha256)) => Some(AgentsFile { path, sha256 }),
-        _ => None,
-    };
-    Identity {
-        run_id: &run_id,
-        agent: &raw.agent,
-        file: file.as_ref(),
-        session: raw.session.as_deref(),
-        request: &raw.request,
-    }
-    .check(key, &raw.seal)?;
-    let unreadable = |what: &'static str, detail: String| RunStoreError::Unreadable {
-        run: run_id.clone(),
-        what,
-        detail,
-    };
-    let request: StoredRequest =
-        serde_json::from_str(&raw.request).map_err(|e| unreadable("request", e.to_string()))?;
-    let status = RecordStatus::parse(&raw.status)
-        .ok_or_else(|| unreadable("status", format!("unknown status '{}'", raw.status)))?;
-    let suspended = match raw.suspended {
-        Some(text) => {
-            let sealed: SealedRun = serde_json::from_str(&text)
-                .map_err(|e| unreadable("suspended state", e.to_string()))?;
-            Some(key.open_state(&run_id, &sealed)?)
-        }
-        None => None,
-    };
-    let holder = match (raw.owner, raw.host) {
-        (Some(owner), Some(host)) => Some(Holder {
-            owner,
-            host,
-            pid: raw.pid.and_then(|p| u32::try_from(p).ok()).unwrap_or(0),
-        }),
-        _ => None,
-    };
-    let stamp = |ms: i64| Timestamp::from_millis(to_u64(ms));
-    Ok(RunRecord {
-        agent: raw.agent,
-        file,
-        session: raw.session,
-        request,
-        status,
-        holder,
-        lease_until: raw.lease_until.map(stamp),
-        epoch: to_u64(raw.epoch),
-        created_at: stamp(raw.created_at),
-        started_at: raw.started_at.map(stamp),
-        updated_at: stamp(raw.updated_at),
-        ended_at: raw.ended_at.map(stamp),
-        usage: Usage {
-            input_tokens: to_u64(raw.input_tokens),
-            output_tokens: to_u64(raw.output_tokens),
-        },
-        final_text: raw.final_text,
-        error: raw.error,
-        suspension: u32::try_from(raw.suspension).unwrap_or(0),
-        suspended,
-        run_id,
-    })
+fn decode(key: &SealKey, raw: StoredRecord) -> RunStoreResult<RunRecord> {
+    raw.open(key)
 }
 
 /// The columns [`waiting`] reads, prefixed `w.`, with the run's agent.
@@ -208,7 +119,7 @@ pub(super) fn waiting(
                 (
                     row.get::<_, i64>(8)?,
                     row.get::<_, String>(9)?,
-                    row.get::<_, Option<i64>>(10)?,
+                    row.get::<_, Option<bool>>(10)?,
                     row.get::<_, Option<String>>(11)?,
                     row.get::<_, Option<String>>(12)?,
                     row.get::<_, Option<i64>>(13)?,
@@ -223,36 +134,24 @@ pub(super) fn waiting(
             (run, agent, suspension, call, tool, reason, hash, arguments),
             (requested, seal, approved, why, by, at, decision_seal),
         ) = row.map_err(|e| storage("read waiting calls", &e))?;
-        let run_id = RunId::from(run);
-        let arguments =
-            serde_json::from_str(&arguments).map_err(|e| RunStoreError::Unreadable {
-                run: run_id.clone(),
-                what: "waiting call's arguments",
-                detail: e.to_string(),
-            })?;
-        let decision = match (approved, by, at) {
-            (Some(approved), Some(by), Some(at)) => Some(DecisionRecord {
-                approved: approved != 0,
-                reason: why,
-                by,
-                at: Timestamp::from_millis(to_u64(at)),
-            }),
-            _ => None,
-        };
-        let call = WaitingCall {
-            run_id,
+        let call = StoredWaiting {
+            run_id: run,
             agent,
-            suspension: u32::try_from(suspension).unwrap_or(0),
-            call_id: CallId::new(call),
+            suspension,
+            call_id: call,
             tool,
             reason,
             args_hash: hash,
             arguments,
-            requested_at: Timestamp::from_millis(to_u64(requested)),
-            decision,
+            requested_at: requested,
+            seal,
+            approved,
+            decision_reason: why,
+            decided_by: by,
+            decided_at: at,
+            decision_seal,
         };
-        check_waiting(key, &call, &seal, decision_seal.as_deref())?;
-        out.push(call);
+        out.push(call.open(key)?);
     }
     Ok(out)
 }

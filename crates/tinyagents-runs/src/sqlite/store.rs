@@ -11,7 +11,7 @@ use super::SqliteRunStore;
 use super::read::{self, storage};
 use crate::approval::{Decided, Decision, DecisionRecord, WaitingCall};
 use crate::backend::{
-    Identity, check_claim, check_decisions, decision_seal, now, segment_name, to_i64,
+    ClaimPlan, Identity, check_claim, check_decisions, decision_seal, now, to_i64,
     waiting_calls_of, waiting_seal,
 };
 use crate::error::{RunStoreError, RunStoreResult};
@@ -70,11 +70,11 @@ fn take(
 ) -> RunStoreResult<Claim> {
     let at = now();
     let run = &record.run_id;
-    let resume = (record.status == RecordStatus::Queued)
-        .then(|| record.suspended.clone())
-        .flatten();
-    let takeover =
-        resume.is_none() && !(record.status == RecordStatus::Queued && record.epoch == 0);
+    let ClaimPlan {
+        resume,
+        takeover,
+        segment,
+    } = ClaimPlan::of(record);
     let epoch = record.epoch + 1;
     let holder = &hold.holder;
     tx.execute(
@@ -94,7 +94,7 @@ fn take(
         ],
     )
     .map_err(|e| storage("claim a run", &e))?;
-    let segment = segment_name(resume.is_some(), takeover).to_owned();
+    let segment = segment.to_owned();
     note(
         tx,
         run,
