@@ -1,9 +1,10 @@
 //! Builds the agents an agents file declares: connects the MCP servers
-//! they use, makes each agent (sub-agents first, exposed as tools of the
-//! agents that call them) with its model, tools, policies and limits, over
-//! the one ledger and session store of the file's store. A stdio
-//! server's stderr goes to `mcp-NAME.log` in the store directory, so its
-//! log lines never break the live tree.
+//! they use (once per process: [`Toolbox`]), then makes each agent
+//! (sub-agents first, exposed as tools of the agents that call them) with
+//! its model, tools, policies and limits, over the ledger a run writes
+//! through and the store's sessions. A stdio server's stderr goes to
+//! `mcp-NAME.log` in the store directory, so its log lines never break the
+//! live tree.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -12,100 +13,77 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use tinyagents::core::{ChatModel, PayloadCapture};
-use tinyagents::ledger::SqliteLedger;
+use tinyagents::ledger::SharedLedger;
 use tinyagents::mcp::{McpClient, RemoteServer};
 use tinyagents::middleware::{PlanModeMiddleware, ToolAllowlistMiddleware, ToolPolicyMiddleware};
-use tinyagents::orchestrator::{Agent, AgentBuilder, SqliteSessionStore};
+use tinyagents::orchestrator::{Agent, AgentBuilder, SessionStore};
 use tinyagents::tools::{SideEffects, Tool};
 use toml::Spanned;
 
 use crate::file::{AgentSection, LimitsSection, Loaded, McpSection, check};
 use crate::script::scripted_model;
-use crate::store::StorePaths;
 
-/// The built agents of a file, and what they run on.
-pub(crate) struct Team {
-    /// The agent `run` runs.
-    pub(crate) main: Agent,
-    /// The ledger every agent records in.
-    pub(crate) ledger: Arc<SqliteLedger>,
-    /// The connected MCP servers, closed by [`Team::close`].
+/// The tools of a file's MCP servers, connected once per process and
+/// shared by every agent built from the file (a worker builds one set of
+/// agents per run it takes).
+pub(crate) struct Toolbox {
     clients: Vec<McpClient>,
+    tools: BTreeMap<String, Arc<dyn Tool>>,
 }
 
-impl Team {
-    /// Stops the MCP servers this team started and makes the ledger's
-    /// last rows durable (settled rows ride on a later commit: exiting
-    /// without this would leave calls that settled looking in doubt).
-    pub(crate) async fn close(self) -> anyhow::Result<()> {
+impl Toolbox {
+    /// Connects the MCP servers the main agent's tree uses; a stdio
+    /// server's stderr goes to `mcp-NAME.log` in `logs`.
+    pub(crate) async fn connect(loaded: &Loaded, logs: &Path) -> anyhow::Result<Self> {
+        let mut toolbox = Self {
+            clients: Vec::new(),
+            tools: BTreeMap::new(),
+        };
+        for name in servers_used(loaded) {
+            let section = &loaded.file.mcp[&name];
+            let log = logs.join(format!("mcp-{name}.log"));
+            let connected = McpClient::connect(remote(&loaded.dir, &name, section).stderr_to(log))
+                .await
+                .with_context(|| format!("connecting MCP server '{name}' ([mcp.{name}])"));
+            let client = match connected {
+                Ok(client) => client,
+                Err(error) => {
+                    toolbox.close().await;
+                    return Err(error);
+                }
+            };
+            for tool in client.tools() {
+                toolbox.tools.insert(tool.spec().name.clone(), tool);
+            }
+            toolbox.clients.push(client);
+        }
+        Ok(toolbox)
+    }
+
+    /// Builds the main agent of `loaded` (and, first, the agents it calls)
+    /// over `ledger` and `sessions`.
+    pub(crate) fn agent(
+        &self,
+        loaded: &Loaded,
+        ledger: SharedLedger,
+        sessions: Arc<dyn SessionStore>,
+    ) -> anyhow::Result<Agent> {
+        let mut context = Context {
+            loaded,
+            ledger,
+            sessions,
+            tools: &self.tools,
+            built: BTreeMap::new(),
+        };
+        context.agent(&loaded.main)
+    }
+
+    /// Stops the MCP servers.
+    pub(crate) async fn close(self) {
         for client in self.clients {
             client.close().await;
         }
-        self.ledger
-            .shutdown()
-            .await
-            .context("making the ledger's last rows durable")
     }
-
-    /// [`close`](Self::close), then `code`, or [`exit::FAILED`] when the
-    /// ledger could not be made durable.
-    pub(crate) async fn close_with(self, code: u8) -> u8 {
-        match self.close().await {
-            Ok(()) => code,
-            Err(error) => {
-                eprintln!("error: {error:#}");
-                crate::exit::FAILED
-            }
-        }
-    }
-}
-
-/// Builds the agents of `loaded`: the main one and those it calls.
-pub(crate) async fn build(loaded: &Loaded, paths: &StorePaths) -> anyhow::Result<Team> {
-    let ledger = Arc::new(
-        SqliteLedger::open(&paths.ledger)
-            .await
-            .with_context(|| format!("opening the ledger {}", paths.ledger.display()))?,
-    );
-    let sessions = Arc::new(
-        SqliteSessionStore::open(&paths.sessions)
-            .await
-            .with_context(|| format!("opening the session store {}", paths.sessions.display()))?,
-    );
-    let mut clients = Vec::new();
-    let mut tools: BTreeMap<String, Arc<dyn Tool>> = BTreeMap::new();
-    for name in servers_used(loaded) {
-        let section = &loaded.file.mcp[&name];
-        let log = paths.dir.join(format!("mcp-{name}.log"));
-        let client = McpClient::connect(remote(&loaded.dir, &name, section).stderr_to(log))
-            .await
-            .with_context(|| format!("connecting MCP server '{name}' ([mcp.{name}])"))?;
-        for tool in client.tools() {
-            tools.insert(tool.spec().name.clone(), tool);
-        }
-        clients.push(client);
-    }
-    let mut context = Context {
-        loaded,
-        ledger: Arc::clone(&ledger),
-        sessions,
-        tools,
-        built: BTreeMap::new(),
-    };
-    let main = match context.agent(&loaded.main) {
-        Ok(main) => main,
-        Err(error) => {
-            for client in clients {
-                client.close().await;
-            }
-            return Err(error);
-        }
-    };
-    Ok(Team {
-        main,
-        ledger,
-        clients,
-    })
 }
 
 /// The MCP servers the main agent's tree uses, in name order.
@@ -172,9 +150,9 @@ fn remote(dir: &Path, name: &str, section: &McpSection) -> RemoteServer {
 
 struct Context<'l> {
     loaded: &'l Loaded,
-    ledger: Arc<SqliteLedger>,
-    sessions: Arc<SqliteSessionStore>,
-    tools: BTreeMap<String, Arc<dyn Tool>>,
+    ledger: SharedLedger,
+    sessions: Arc<dyn SessionStore>,
+    tools: &'l BTreeMap<String, Arc<dyn Tool>>,
     built: BTreeMap<String, Agent>,
 }
 
@@ -199,7 +177,7 @@ impl Context<'_> {
         let mut names: Vec<String> = Vec::new();
         for server in &section.servers {
             let prefix = server_prefix(loaded, server.get_ref());
-            for (name, tool) in &self.tools {
+            for (name, tool) in self.tools {
                 if owned_by(name, prefix.as_deref()) && !names.contains(name) {
                     names.push(name.clone());
                     builder = builder.tools([Arc::clone(tool)]);

@@ -2,17 +2,28 @@
 
 use std::path::PathBuf;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 
 /// Run agents files, watch their calls, approve, resume and recover runs.
 #[derive(Debug, Parser)]
 #[command(name = "tinyagents", version, about, long_about = None)]
 pub(crate) struct Cli {
-    /// The store directory (ledger, sessions, run records). For `run`,
-    /// the agents file's `[store] dir` when not given; otherwise
-    /// `.tinyagents` in the current directory.
+    /// Where the runs are kept: a directory (ledger, sessions and run
+    /// records as SQLite files). For `run`, the agents file's `[store]`
+    /// when not given; otherwise `.tinyagents` in the current directory.
     #[arg(long, global = true, env = "TINYAGENTS_STORE", value_name = "DIR")]
     pub(crate) store: Option<PathBuf>,
+    /// Keep the runs in PostgreSQL instead (ledger, sessions and run
+    /// records): `postgres://user:pass@host/db` or `host=… dbname=…`.
+    /// Takes precedence over `--store` and the file's `[store]`.
+    #[arg(
+        long,
+        global = true,
+        env = "TINYAGENTS_DATABASE_URL",
+        hide_env_values = true,
+        value_name = "URL"
+    )]
+    pub(crate) db: Option<String>,
     /// One JSON object per line (events, rows, records) instead of text.
     #[arg(long, global = true)]
     pub(crate) json: bool,
@@ -35,48 +46,48 @@ pub(crate) enum Command {
         #[arg(long, value_name = "ID")]
         session: Option<String>,
         /// How to show the run.
-        #[arg(long, value_enum, default_value_t = Output::Auto)]
-        output: Output,
-        /// Never ask at the terminal: a run that waits for a person exits
-        /// with code 3.
-        #[arg(long)]
-        no_input: bool,
+        #[command(flatten)]
+        show: Showing,
     },
-    /// Decides the waiting calls of a run (all of them, or those named).
-    Approve {
-        /// The run.
-        run: String,
-        /// Only this call (repeatable).
-        #[arg(long = "call", value_name = "ID")]
-        calls: Vec<String>,
-        /// Deny instead of approving.
-        #[arg(long)]
-        deny: bool,
-        /// Why (what the model reads for a denied call).
-        #[arg(long, requires = "deny")]
-        reason: Option<String>,
-    },
+    /// Decides the waiting calls of a run: all of them, or those named,
+    /// some approved and others denied in one step.
+    Approve(Deciding),
     /// Resumes a run whose waiting calls are all decided.
     Resume {
         /// The run.
         run: String,
         /// How to show the run.
-        #[arg(long, value_enum, default_value_t = Output::Auto)]
-        output: Output,
-        /// Never ask at the terminal.
+        #[command(flatten)]
+        show: Showing,
+        /// Build the agents from the agents file as it is now even if it
+        /// changed since the run started (recorded in the run's history).
         #[arg(long)]
-        no_input: bool,
+        accept_changed_file: bool,
     },
-    /// Lists the runs: the command line's records and the ledger's
-    /// unfinished runs.
-    Runs,
-    /// Prints a run's call tree from its ledger rows.
+    /// Lists the runs and how many calls of each are in doubt.
+    Runs {
+        /// Only runs in this status (repeatable): queued, running,
+        /// awaiting_approval, completed, terminated, limit_reached,
+        /// cancelled, failed.
+        #[arg(long, value_name = "STATUS")]
+        status: Vec<String>,
+        /// At most this many runs, oldest first.
+        #[arg(long, value_name = "N", default_value_t = 1000)]
+        limit: u32,
+    },
+    /// Prints a run's whole call tree (every segment) from its ledger rows,
+    /// its waiting calls, their decisions and its history.
     Show {
         /// The run.
         run: String,
+        /// Keep printing the tree as it changes until the run ends or
+        /// waits for a person.
+        #[arg(long)]
+        follow: bool,
     },
-    /// Recovers a run whose process died: settled calls answer from the
-    /// ledger, calls in doubt go to their tools, and the run goes on.
+    /// Recovers a run whose process died (or that failed part way):
+    /// settled calls answer from the ledger, calls in doubt go to their
+    /// tools, decisions already made are used, and the run goes on.
     Recover {
         /// The run.
         run: String,
@@ -85,11 +96,12 @@ pub(crate) enum Command {
         #[arg(long, value_name = "FILE")]
         file: Option<PathBuf>,
         /// How to show the run.
-        #[arg(long, value_enum, default_value_t = Output::Auto)]
-        output: Output,
-        /// Never ask at the terminal.
+        #[command(flatten)]
+        show: Showing,
+        /// Build the agents from the agents file as it is now even if it
+        /// changed since the run started (recorded in the run's history).
         #[arg(long)]
-        no_input: bool,
+        accept_changed_file: bool,
     },
     /// Lists sessions, or prints one's transcript (and its child sessions').
     Sessions {
@@ -102,30 +114,81 @@ pub(crate) enum Command {
         /// The agents file.
         file: PathBuf,
     },
-    /// The runs queue of a PostgreSQL database, whose workers run the
-    /// runs: queue one, list them, show one, decide a waiting one's calls.
+    /// Runs the queued runs of an agents file as a worker: claims them
+    /// from the PostgreSQL store (`--db`), holds each under a lease,
+    /// recovers runs whose worker died, resumes decided ones; until Ctrl-C.
+    Worker {
+        /// The agents file whose runs it takes (runs started from the same
+        /// content only).
+        file: PathBuf,
+        /// Runs at once in this worker.
+        #[arg(long, value_name = "N", default_value_t = 4)]
+        concurrency: usize,
+        /// How long a claim holds a run without a renewal, in seconds.
+        #[arg(long, value_name = "SECS", default_value_t = 30)]
+        lease_secs: u64,
+        /// Its name in the runs' records (default: pid and host).
+        #[arg(long, value_name = "NAME")]
+        name: Option<String>,
+        /// Stop once nothing is queued or running for this many seconds
+        /// (default: run until Ctrl-C).
+        #[arg(long, value_name = "SECS")]
+        exit_when_idle: Option<u64>,
+    },
+    /// The runs a worker takes: queue one, list them, show one, decide a
+    /// waiting one's calls (the store of `--db`, or `--store`).
     Queue {
-        /// The database: a PostgreSQL connection string
-        /// (`postgres://user:pass@host/db` or `host=… dbname=…`).
-        #[arg(
-            long,
-            global = true,
-            env = "TINYAGENTS_DATABASE_URL",
-            hide_env_values = true,
-            value_name = "URL"
-        )]
-        db: Option<String>,
         /// What to do.
         #[command(subcommand)]
         command: QueueCommand,
     },
 }
 
+/// How a command that runs an agent shows it.
+#[derive(Debug, Clone, Copy, Args)]
+pub(crate) struct Showing {
+    /// How to show the run.
+    #[arg(long, value_enum, default_value_t = Output::Auto)]
+    pub(crate) output: Output,
+    /// Never ask at the terminal: a run that waits for a person exits
+    /// with code 3.
+    #[arg(long)]
+    pub(crate) no_input: bool,
+}
+
+/// What `approve` decides.
+#[derive(Debug, Clone, Args)]
+pub(crate) struct Deciding {
+    /// The run.
+    pub(crate) run: String,
+    /// Approve this call (repeatable). Without `--call` and `--deny-call`,
+    /// every waiting call is decided.
+    #[arg(long = "call", value_name = "ID")]
+    pub(crate) calls: Vec<String>,
+    /// Deny this call (repeatable), in the same step.
+    #[arg(long = "deny-call", value_name = "ID")]
+    pub(crate) deny_calls: Vec<String>,
+    /// Deny the calls named with `--call` (or, with none named, every
+    /// waiting call) instead of approving them.
+    #[arg(long)]
+    pub(crate) deny: bool,
+    /// Why (what the model reads for a denied call; kept with every
+    /// decision of this step).
+    #[arg(long)]
+    pub(crate) reason: Option<String>,
+    /// Who decides (recorded with each decision; `$USER` by default).
+    #[arg(long, value_name = "NAME")]
+    pub(crate) by: Option<String>,
+}
+
 /// The commands of `queue`.
 #[derive(Debug, Subcommand)]
 pub(crate) enum QueueCommand {
-    /// Queues a run of INPUT for the workers and prints its id.
+    /// Queues a run of the agents file's main agent on INPUT for the
+    /// workers, and prints its id.
     Enqueue {
+        /// The agents file (workers of the same content take the run).
+        file: PathBuf,
         /// What to ask.
         input: String,
         /// The run's id (a new one by default).
@@ -138,27 +201,14 @@ pub(crate) enum QueueCommand {
         #[arg(long, value_name = "N", default_value_t = 100)]
         limit: u32,
     },
-    /// Prints a run and the calls it waits on.
+    /// Prints a run, the calls it waits on, its decisions and history.
     Show {
         /// The run.
         run: String,
     },
-    /// Decides every waiting call of a run awaiting approval and queues it
-    /// again: a worker resumes it.
-    Approve {
-        /// The run.
-        run: String,
-        /// This call (repeatable): the queue takes every waiting call's
-        /// decision at once, so name them all; without it, all of them.
-        #[arg(long = "call", value_name = "ID")]
-        calls: Vec<String>,
-        /// Deny instead of approving.
-        #[arg(long)]
-        deny: bool,
-        /// Why (what the model reads for a denied call).
-        #[arg(long, requires = "deny")]
-        reason: Option<String>,
-    },
+    /// Decides waiting calls of a run (as `approve` does): once every one
+    /// is decided, a worker resumes it.
+    Approve(Deciding),
 }
 
 /// How a run is shown.

@@ -1,25 +1,43 @@
-//! Where a file's ledger and session store live, and the command line's
-//! own record of the runs it started: which agents file and agent, the
-//! session, the status, the tokens, and for a run waiting for a person its
-//! suspended state and the decisions made so far. The ledger stays the
-//! record of what each call did; this is what another process needs to
-//! build the same agents and go on.
+//! Where the runs are kept: a directory of SQLite files (ledger, sessions,
+//! run records) or one PostgreSQL database, and the ledger a held run
+//! writes through. Everything else of the command line speaks to the
+//! stores through their traits, so every command works on either.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use anyhow::Context as _;
-use rusqlite::{Connection, OptionalExtension, params};
-use tinyagents::harness::{ApprovalDecision, SuspendedRun};
-use tinyagents::ledger::Timestamp;
-use tinyagents::prelude::Usage;
+use tinyagents::core::RunId;
+use tinyagents::ledger::{SharedLedger, SqliteLedger, SqliteOptions};
+use tinyagents::orchestrator::{SessionStore, SqliteSessionStore};
+use tinyagents::postgres::{
+    PgDatabase, PgError, PostgresLedger, PostgresRunStore, PostgresRunStoreOptions,
+    PostgresSessionStore,
+};
+use tinyagents::runs::{
+    HeldLedger, SealKey, SharedRunStore, SqliteRunStore, SqliteRunStoreOptions,
+};
 
 use crate::file::Loaded;
 
-/// The directory of the stores when neither `--store` nor the file names
-/// one: in the current directory.
+/// The directory of the stores when nothing names one: in the current
+/// directory.
 pub(crate) const DEFAULT_STORE_DIR: &str = ".tinyagents";
 
-/// The files of one store.
+/// The variable naming a file that holds the key the run records are
+/// sealed with (made when missing); the store's own key otherwise.
+pub(crate) const SEAL_KEY_ENV: &str = "TINYAGENTS_SEAL_KEY_FILE";
+
+/// Which store a command uses.
+#[derive(Debug, Clone)]
+pub(crate) enum Place {
+    /// SQLite files in a directory.
+    Dir(StorePaths),
+    /// A PostgreSQL database (its connection string).
+    Database(String),
+}
+
+/// The files of a directory store.
 #[derive(Debug, Clone)]
 pub(crate) struct StorePaths {
     /// The directory.
@@ -28,7 +46,7 @@ pub(crate) struct StorePaths {
     pub(crate) ledger: PathBuf,
     /// The session store (SQLite).
     pub(crate) sessions: PathBuf,
-    /// The command line's run records (SQLite).
+    /// The run records (SQLite).
     pub(crate) runs: PathBuf,
 }
 
@@ -42,364 +60,242 @@ impl StorePaths {
             runs: dir.join("runs.db"),
         }
     }
+}
 
-    /// The store of `loaded`, unless `dir` (from `--store`) overrides its
-    /// directory. Relative paths in the file start from the file's
-    /// directory; the default directory is in the current directory.
-    pub(crate) fn of_file(loaded: &Loaded, dir: Option<&Path>) -> Self {
-        let store = &loaded.file.store;
-        let dir = match (dir, &store.dir) {
+impl Place {
+    /// The store of a command: `--db` first, then `--store`, then the
+    /// agents file's `[store]` (its `url`, or its directory and files,
+    /// relative to the file), then `.tinyagents` here.
+    pub(crate) fn choose(db: Option<&str>, dir: Option<&Path>, loaded: Option<&Loaded>) -> Self {
+        if let Some(url) = db.filter(|u| !u.trim().is_empty()) {
+            return Self::Database(url.to_owned());
+        }
+        let store = loaded.map(|l| &l.file.store);
+        if dir.is_none()
+            && let Some(url) = store.and_then(|s| s.url.as_ref())
+        {
+            return Self::Database(url.get_ref().clone());
+        }
+        let base = match (
+            dir,
+            loaded.and_then(|l| Some((l, l.file.store.dir.as_ref()?))),
+        ) {
             (Some(dir), _) => dir.to_owned(),
-            (None, Some(named)) => loaded.dir.join(named.get_ref()),
+            (None, Some((loaded, named))) => loaded.dir.join(named.get_ref()),
             (None, None) => PathBuf::from(DEFAULT_STORE_DIR),
         };
-        let mut paths = Self::in_dir(&dir);
-        if let Some(ledger) = &store.ledger {
-            paths.ledger = dir.join(ledger.get_ref());
+        let mut paths = StorePaths::in_dir(&base);
+        if let Some(store) = store {
+            if let Some(ledger) = &store.ledger {
+                paths.ledger = base.join(ledger.get_ref());
+            }
+            if let Some(sessions) = &store.sessions {
+                paths.sessions = base.join(sessions.get_ref());
+            }
         }
-        if let Some(sessions) = &store.sessions {
-            paths.sessions = dir.join(sessions.get_ref());
-        }
-        paths
+        Self::Dir(paths)
     }
 
-    /// Makes the directory.
-    pub(crate) fn create(&self) -> anyhow::Result<()> {
-        std::fs::create_dir_all(&self.dir)
-            .with_context(|| format!("creating the store directory {}", self.dir.display()))
-    }
-}
-
-/// How a run recorded by the command line stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum RecordStatus {
-    /// A process is running it (or died running it: see the ledger).
-    Running,
-    /// It waits for decisions (`approve`, then `resume`).
-    AwaitingApproval,
-    /// The model gave its answer.
-    Completed,
-    /// A tool ended it.
-    Terminated,
-    /// A limit stopped it.
-    LimitReached,
-    /// It was cancelled (Ctrl-C).
-    Cancelled,
-    /// It failed.
-    Failed,
-}
-
-impl RecordStatus {
-    /// The stored spelling.
-    pub(crate) fn as_str(self) -> &'static str {
+    /// How the store is named to a person (a database without its
+    /// password).
+    pub(crate) fn shown(&self) -> String {
         match self {
-            Self::Running => "running",
-            Self::AwaitingApproval => "awaiting_approval",
-            Self::Completed => "completed",
-            Self::Terminated => "terminated",
-            Self::LimitReached => "limit_reached",
-            Self::Cancelled => "cancelled",
-            Self::Failed => "failed",
+            Self::Dir(paths) => paths.dir.display().to_string(),
+            Self::Database(url) => shown_url(url),
+        }
+    }
+}
+
+/// A connection string without its password.
+fn shown_url(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let user = &url[scheme + 3..at];
+            let user = user.split(':').next().unwrap_or_default();
+            format!("{}{user}@{}", &url[..scheme + 3], &url[at + 1..])
+        }
+        _ => url
+            .split_whitespace()
+            .filter(|part| !part.starts_with("password="))
+            .collect::<Vec<_>>()
+            .join(" "),
+    }
+}
+
+/// The open stores of one place.
+pub(crate) struct Stores {
+    /// Where they are.
+    pub(crate) place: Place,
+    /// The run records.
+    pub(crate) runs: SharedRunStore,
+    /// The effect ledger.
+    pub(crate) ledger: SharedLedger,
+    /// The sessions.
+    pub(crate) sessions: Arc<dyn SessionStore>,
+    /// The directory MCP servers' logs go to.
+    pub(crate) logs: PathBuf,
+    backend: Backend,
+}
+
+enum Backend {
+    Sqlite(Arc<SqliteLedger>, SqliteSessionStore),
+    Postgres(Arc<PostgresLedger>, Box<PostgresSessionStore>),
+}
+
+impl Stores {
+    /// Opens the stores of `place`. A directory is made when `create`;
+    /// otherwise its run records must exist.
+    pub(crate) async fn open(place: Place, create: bool) -> anyhow::Result<Self> {
+        let key = seal_key()?;
+        match &place {
+            Place::Dir(paths) => {
+                if create {
+                    std::fs::create_dir_all(&paths.dir).with_context(|| {
+                        format!("creating the store directory {}", paths.dir.display())
+                    })?;
+                } else if !paths.runs.exists() {
+                    anyhow::bail!(
+                        "no runs at {} (run `tinyagents run FILE INPUT` first, or pass --store DIR or --db URL)",
+                        paths.dir.display()
+                    );
+                }
+                let options = SqliteOptions {
+                    create_if_missing: true,
+                    ..SqliteOptions::default()
+                };
+                let ledger = Arc::new(
+                    SqliteLedger::open_with(&paths.ledger, options)
+                        .await
+                        .with_context(|| {
+                            format!("opening the ledger {}", paths.ledger.display())
+                        })?,
+                );
+                let sessions = SqliteSessionStore::open(&paths.sessions)
+                    .await
+                    .with_context(|| {
+                        format!("opening the session store {}", paths.sessions.display())
+                    })?;
+                let runs = SqliteRunStore::open_with(
+                    &paths.runs,
+                    SqliteRunStoreOptions {
+                        seal_key: key,
+                        ..SqliteRunStoreOptions::default()
+                    },
+                )
+                .await
+                .with_context(|| format!("opening the run records {}", paths.runs.display()))?;
+                Ok(Self {
+                    logs: paths.dir.clone(),
+                    runs: Arc::new(runs),
+                    ledger: Arc::clone(&ledger) as SharedLedger,
+                    sessions: Arc::new(sessions.clone()),
+                    backend: Backend::Sqlite(ledger, sessions),
+                    place,
+                })
+            }
+            Place::Database(url) => {
+                let shown = shown_url(url);
+                let db = PgDatabase::connect(url).await.map_err(|error| {
+                    if matches!(error, PgError::Url { .. }) {
+                        anyhow::Error::new(crate::command::BadInput(format!("--db: {error}")))
+                    } else {
+                        anyhow::Error::new(error).context(format!("connecting to {shown}"))
+                    }
+                })?;
+                let ledger = Arc::new(
+                    PostgresLedger::open(&db)
+                        .await
+                        .with_context(|| format!("opening the ledger in {shown}"))?,
+                );
+                let sessions = PostgresSessionStore::open(&db)
+                    .await
+                    .with_context(|| format!("opening the session store in {shown}"))?;
+                let runs =
+                    PostgresRunStore::open_with(&db, PostgresRunStoreOptions { seal_key: key })
+                        .await
+                        .with_context(|| format!("opening the run records in {shown}"))?;
+                let logs = PathBuf::from(DEFAULT_STORE_DIR);
+                if create {
+                    std::fs::create_dir_all(&logs)
+                        .with_context(|| format!("creating {}", logs.display()))?;
+                }
+                Ok(Self {
+                    logs,
+                    runs: Arc::new(runs),
+                    ledger: Arc::clone(&ledger) as SharedLedger,
+                    sessions: Arc::new(sessions.clone()),
+                    backend: Backend::Postgres(ledger, Box::new(sessions)),
+                    place,
+                })
+            }
         }
     }
 
-    fn parse(text: &str) -> Option<Self> {
-        [
-            Self::Running,
-            Self::AwaitingApproval,
-            Self::Completed,
-            Self::Terminated,
-            Self::LimitReached,
-            Self::Cancelled,
-            Self::Failed,
-        ]
-        .into_iter()
-        .find(|s| s.as_str() == text)
+    /// The ledger run `run` writes through while held under `epoch`: its
+    /// finished mark waits for the run record's end, and on PostgreSQL
+    /// every write is fenced by the epoch.
+    pub(crate) fn held_ledger(&self, run: &RunId, epoch: u64) -> Arc<HeldLedger> {
+        let inner: SharedLedger = match &self.backend {
+            Backend::Sqlite(ledger, _) => Arc::clone(ledger) as SharedLedger,
+            Backend::Postgres(ledger, _) => Arc::new(ledger.fenced(run.clone(), epoch)),
+        };
+        Arc::new(HeldLedger::new(inner, run.clone()))
     }
-}
 
-/// One run the command line started.
-#[derive(Debug, Clone)]
-pub(crate) struct RunRecord {
-    /// The run.
-    pub(crate) run_id: String,
-    /// The agent it runs.
-    pub(crate) agent: String,
-    /// The agents file (absolute).
-    pub(crate) file: PathBuf,
-    /// The session, for a run in one.
-    pub(crate) session: Option<String>,
-    /// How it stands.
-    pub(crate) status: RecordStatus,
-    /// When it was started (ms since the epoch).
-    pub(crate) started_at_ms: u64,
-    /// When the record last changed.
-    pub(crate) updated_at_ms: u64,
-    /// The process that last ran it.
-    pub(crate) pid: u32,
-    /// Tokens used.
-    pub(crate) usage: Usage,
-    /// The state of a run waiting for a person.
-    pub(crate) suspended: Option<SuspendedRun>,
-    /// The decisions made for its waiting calls.
-    pub(crate) decisions: Vec<ApprovalDecision>,
-    /// Why it failed.
-    pub(crate) error: Option<String>,
-}
-
-/// The command line's run records, one SQLite file.
-pub(crate) struct RunStore {
-    connection: Connection,
-}
-
-const SCHEMA: &str = "
-CREATE TABLE IF NOT EXISTS runs (
-    run_id TEXT PRIMARY KEY,
-    agent TEXT NOT NULL,
-    file TEXT NOT NULL,
-    session TEXT,
-    status TEXT NOT NULL,
-    started_at INTEGER NOT NULL,
-    updated_at INTEGER NOT NULL,
-    pid INTEGER NOT NULL,
-    input_tokens INTEGER NOT NULL,
-    output_tokens INTEGER NOT NULL,
-    suspended TEXT,
-    decisions TEXT NOT NULL,
-    error TEXT
-) STRICT;
-";
-
-/// The schema version this build writes (`PRAGMA user_version`).
-const SCHEMA_VERSION: i64 = 1;
-
-impl RunStore {
-    /// Opens (or creates) the records at `path`. A file of a newer schema,
-    /// or one that is not a database, is refused.
-    pub(crate) fn open(path: &Path) -> anyhow::Result<Self> {
-        let connection = Connection::open(path)
-            .with_context(|| format!("opening the run records {}", path.display()))?;
-        connection.busy_timeout(std::time::Duration::from_secs(10))?;
-        let version: i64 = connection
-            .query_row("PRAGMA user_version", [], |row| row.get(0))
-            .with_context(|| format!("{} is not a run records database", path.display()))?;
-        if version > SCHEMA_VERSION {
-            anyhow::bail!(
-                "{} holds run records of a newer schema ({version}; this build reads {SCHEMA_VERSION})",
-                path.display()
-            );
+    /// Makes the ledger's last rows durable (settled rows ride on a later
+    /// commit: exiting without this would leave calls that settled
+    /// looking in doubt).
+    pub(crate) async fn close(&self) -> anyhow::Result<()> {
+        match &self.backend {
+            Backend::Sqlite(ledger, _) => ledger.shutdown().await,
+            Backend::Postgres(ledger, _) => ledger.shutdown().await,
         }
-        connection
-            .execute_batch(SCHEMA)
-            .with_context(|| format!("{} is not a run records database", path.display()))?;
-        connection.pragma_update(None, "user_version", SCHEMA_VERSION)?;
-        Ok(Self { connection })
+        .context("making the ledger's last rows durable")
     }
 
-    /// Records a run that starts now in this process.
-    pub(crate) fn insert(
+    /// The sessions that are not a child session, most recently written
+    /// first.
+    pub(crate) async fn top_level_sessions(
         &self,
-        run_id: &str,
-        agent: &str,
-        file: &Path,
-        session: Option<&str>,
-    ) -> anyhow::Result<()> {
-        let now = now_ms();
-        self.connection.execute(
-            "INSERT INTO runs (run_id, agent, file, session, status, started_at, updated_at, pid,
-                               input_tokens, output_tokens, suspended, decisions, error)
-             VALUES (?1, ?2, ?3, ?4, 'running', ?5, ?5, ?6, 0, 0, NULL, '[]', NULL)",
-            params![
-                run_id,
-                agent,
-                file.to_string_lossy(),
-                session,
-                to_i64(now),
-                std::process::id()
-            ],
-        )?;
-        Ok(())
-    }
-
-    /// Marks a run as being run again by this process (resume, recover).
-    pub(crate) fn mark_running(&self, run_id: &str) -> anyhow::Result<()> {
-        self.connection.execute(
-            "UPDATE runs SET status = 'running', pid = ?2, updated_at = ?3, error = NULL WHERE run_id = ?1",
-            params![run_id, std::process::id(), to_i64(now_ms())],
-        )?;
-        Ok(())
-    }
-
-    /// Records how a run segment ended.
-    pub(crate) fn finish(
-        &self,
-        run_id: &str,
-        status: RecordStatus,
-        usage: Usage,
-        suspended: Option<&SuspendedRun>,
-        error: Option<&str>,
-    ) -> anyhow::Result<()> {
-        let suspended = suspended.map(serde_json::to_string).transpose()?;
-        self.connection.execute(
-            "UPDATE runs SET status = ?2, input_tokens = ?3, output_tokens = ?4, suspended = ?5,
-                             decisions = '[]', error = ?6, updated_at = ?7
-             WHERE run_id = ?1",
-            params![
-                run_id,
-                status.as_str(),
-                to_i64(usage.input_tokens),
-                to_i64(usage.output_tokens),
-                suspended,
-                error,
-                to_i64(now_ms())
-            ],
-        )?;
-        Ok(())
-    }
-
-    /// Adds `decisions`, replacing an earlier decision for the same call.
-    pub(crate) fn decide(
-        &mut self,
-        run_id: &str,
-        decisions: &[ApprovalDecision],
-    ) -> anyhow::Result<()> {
-        let tx = self.connection.transaction()?;
-        let stored: String = tx
-            .query_row(
-                "SELECT decisions FROM runs WHERE run_id = ?1",
-                [run_id],
-                |r| r.get(0),
-            )
-            .optional()?
-            .with_context(|| format!("no run '{run_id}' in the run records"))?;
-        let mut all: Vec<ApprovalDecision> = serde_json::from_str(&stored)
-            .with_context(|| format!("the decisions stored for run '{run_id}' are unreadable"))?;
-        for decision in decisions {
-            all.retain(|d| d.call_id != decision.call_id);
-            all.push(decision.clone());
-        }
-        tx.execute(
-            "UPDATE runs SET decisions = ?2, updated_at = ?3 WHERE run_id = ?1",
-            params![run_id, serde_json::to_string(&all)?, to_i64(now_ms())],
-        )?;
-        tx.commit()?;
-        Ok(())
-    }
-
-    /// The record of `run_id`.
-    pub(crate) fn get(&self, run_id: &str) -> anyhow::Result<Option<RunRecord>> {
-        let mut statement = self
-            .connection
-            .prepare(&format!("{SELECT} WHERE run_id = ?1"))?;
-        let mut rows = statement.query_map([run_id], read_row)?;
-        rows.next().transpose()?.map(decode).transpose()
-    }
-
-    /// Every record, oldest first.
-    pub(crate) fn list(&self) -> anyhow::Result<Vec<RunRecord>> {
-        let mut statement = self
-            .connection
-            .prepare(&format!("{SELECT} ORDER BY started_at, run_id"))?;
-        let rows = statement.query_map([], read_row)?;
-        rows.map(|row| decode(row?)).collect()
+    ) -> anyhow::Result<Vec<tinyagents::core::SessionId>> {
+        Ok(match &self.backend {
+            Backend::Sqlite(_, sessions) => sessions.top_level_sessions().await?,
+            Backend::Postgres(_, sessions) => sessions.top_level_sessions().await?,
+        })
     }
 }
 
-const SELECT: &str = "SELECT run_id, agent, file, session, status, started_at, updated_at, pid,
-    input_tokens, output_tokens, suspended, decisions, error FROM runs";
-
-type RawRow = (
-    String,
-    String,
-    String,
-    Option<String>,
-    String,
-    i64,
-    i64,
-    i64,
-    i64,
-    i64,
-    Option<String>,
-    String,
-    Option<String>,
-);
-
-fn read_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<RawRow> {
-    Ok((
-        row.get(0)?,
-        row.get(1)?,
-        row.get(2)?,
-        row.get(3)?,
-        row.get(4)?,
-        row.get(5)?,
-        row.get(6)?,
-        row.get(7)?,
-        row.get(8)?,
-        row.get(9)?,
-        row.get(10)?,
-        row.get(11)?,
-        row.get(12)?,
-    ))
+/// The host's sealing key, when [`SEAL_KEY_ENV`] names a file.
+pub(crate) fn seal_key() -> anyhow::Result<Option<SealKey>> {
+    match std::env::var_os(SEAL_KEY_ENV).filter(|v| !v.is_empty()) {
+        Some(path) => Ok(Some(SealKey::load_or_create(Path::new(&path))?)),
+        None => Ok(None),
+    }
 }
 
-fn decode(raw: RawRow) -> anyhow::Result<RunRecord> {
-    let (
-        run_id,
-        agent,
-        file,
-        session,
-        status,
-        started,
-        updated,
-        pid,
-        input,
-        output,
-        suspended,
-        decisions,
-        error,
-    ) = raw;
-    let status = RecordStatus::parse(&status)
-        .with_context(|| format!("run '{run_id}' has an unknown status '{status}'"))?;
-    let suspended = suspended
-        .map(|text| serde_json::from_str::<SuspendedRun>(&text))
-        .transpose()
-        .with_context(|| format!("the suspended state of run '{run_id}' is unreadable"))?;
-    let decisions = serde_json::from_str(&decisions)
-        .with_context(|| format!("the decisions of run '{run_id}' are unreadable"))?;
-    Ok(RunRecord {
-        run_id,
-        agent,
-        file: PathBuf::from(file),
-        session,
-        status,
-        started_at_ms: to_u64(started),
-        updated_at_ms: to_u64(updated),
-        pid: u32::try_from(pid).unwrap_or(0),
-        usage: Usage {
-            input_tokens: to_u64(input),
-            output_tokens: to_u64(output),
-        },
-        suspended,
-        decisions,
-        error,
-    })
+/// Who a person at this terminal is, for decisions and the history:
+/// `--by`, else `$USER`, else `someone`.
+pub(crate) fn person(by: Option<&str>) -> String {
+    by.map(str::to_owned)
+        .or_else(|| std::env::var("USER").ok())
+        .or_else(|| std::env::var("LOGNAME").ok())
+        .filter(|name| !name.trim().is_empty())
+        .unwrap_or_else(|| "someone".to_owned())
 }
 
-fn to_i64(n: u64) -> i64 {
-    i64::try_from(n).unwrap_or(i64::MAX)
-}
+#[cfg(test)]
+mod tests {
+    use super::shown_url;
 
-fn to_u64(n: i64) -> u64 {
-    u64::try_from(n).unwrap_or(0)
-}
-
-/// Whether process `pid` is alive (Linux: its `/proc` entry).
-pub(crate) fn process_alive(pid: u32) -> bool {
-    pid != 0 && Path::new(&format!("/proc/{pid}")).exists()
-}
-
-/// Milliseconds since the epoch, by the clock the ledger stamps its rows
-/// with.
-fn now_ms() -> u64 {
-    Timestamp::now().as_millis()
+    #[test]
+    fn a_shown_connection_string_has_no_password() {
+        assert_eq!(
+            shown_url("postgres://app:s3cret@db.internal:5432/runs"),
+            "postgres://app@db.internal:5432/runs"
+        );
+        assert_eq!(
+            shown_url("host=db dbname=runs password=s3cret user=app"),
+            "host=db dbname=runs user=app"
+        );
+    }
 }

@@ -54,6 +54,12 @@ impl std::fmt::Debug for AgentHarness {
     }
 }
 
+impl AsRef<AgentHarness> for AgentHarness {
+    fn as_ref(&self) -> &AgentHarness {
+        self
+    }
+}
+
 impl AgentHarness {
     /// Starts building a harness around `model`: a model, an `Arc` of one,
     /// or a shared `Arc<dyn ChatModel>` (kept as it is).

@@ -110,7 +110,7 @@ impl PgOptions {
 }
 
 /// A PostgreSQL database shared by the ledger, the session store and the
-/// runs queue. Cheap to clone (the pool is shared).
+/// run store. Cheap to clone (the pool is shared).
 #[derive(Clone)]
 pub struct PgDatabase {
     pool: Pool,

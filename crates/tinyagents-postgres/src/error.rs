@@ -1,9 +1,10 @@
 //! What can go wrong talking to PostgreSQL, before it is said in the words
-//! of the ledger ([`LedgerError`]) or of the session store
-//! ([`SessionError`]).
+//! of the ledger ([`LedgerError`]), of the session store ([`SessionError`])
+//! or of the run store ([`RunStoreError`]).
 
 use tinyagents_ledger::LedgerError;
 use tinyagents_orchestrator::SessionError;
+use tinyagents_runs::RunStoreError;
 
 /// Why the database could not be opened or used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -90,6 +91,26 @@ impl PgError {
         Self::Query {
             operation,
             detail: detail(&err),
+        }
+    }
+
+    /// This error as the run store reports it, for `operation`: a newer
+    /// schema is [`RunStoreError::TooNew`], anything else
+    /// [`RunStoreError::Storage`].
+    pub(crate) fn into_run_store(self, operation: &'static str) -> RunStoreError {
+        match self {
+            Self::TooNew {
+                found, supported, ..
+            } => RunStoreError::TooNew {
+                path: "postgres (tinyagents_schema: runs)".into(),
+                found,
+                supported,
+            },
+            Self::Query { detail, .. } => RunStoreError::Storage { operation, detail },
+            other => RunStoreError::Storage {
+                operation,
+                detail: other.to_string(),
+            },
         }
     }
 }

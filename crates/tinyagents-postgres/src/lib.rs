@@ -1,6 +1,6 @@
-//! tinyagents on PostgreSQL: the effect ledger and the session store in a
-//! database several processes share, and workers that take runs from a
-//! queue in it.
+//! tinyagents on PostgreSQL: the effect ledger, the session store and the
+//! run store in a database several processes share, and workers that take
+//! runs from it.
 //!
 //! - [`PgDatabase`]: the connection string, a bounded pool, and the settings
 //!   every connection carries (`synchronous_commit = on`, statement and
@@ -13,11 +13,17 @@
 //!   run's epoch and is refused once another worker has claimed the run.
 //! - [`PostgresSessionStore`]: the orchestrator's
 //!   [`SessionStore`](tinyagents_orchestrator::SessionStore).
-//! - [`RunQueue`] and `Worker`: runs as leased work. Workers claim queued
-//!   runs and runs whose lease expired (`FOR UPDATE SKIP LOCKED`), heartbeat
-//!   their leases, recover a run another worker left through the ledger,
-//!   release a run that waits for approval, and stop a run whose lease they
-//!   lost.
+//! - [`PostgresRunStore`]: the run store
+//!   ([`RunStore`](tinyagents_runs::RunStore)) every process of a
+//!   deployment shares: run records with their sealed requests and
+//!   suspended states, waiting calls and decisions, leases and claims
+//!   (`FOR UPDATE SKIP LOCKED`), each run's history; held to the same
+//!   conformance suite as the SQLite store.
+//! - [`Worker`]: runs as leased work. Workers claim queued runs, decided
+//!   runs and runs whose lease expired from the run store, renew their
+//!   leases, start, resume or recover each as `tinyagents_runs::next_segment`
+//!   says (a resume cut short is recovered with its decisions), release a
+//!   run that waits for approval, and stop a run whose lease they lost.
 //!
 //! Connections use TLS as the string's `sslmode` says, on rustls with the
 //! server's certificate always verified (`PgOptions::ca_file` for a
@@ -29,7 +35,7 @@ mod database;
 mod error;
 mod ledger;
 mod migrate;
-mod queue;
+mod runs;
 mod session;
 #[cfg(feature = "testing")]
 pub mod testing;
@@ -39,6 +45,8 @@ mod worker;
 pub use database::{PgDatabase, PgOptions};
 pub use error::PgError;
 pub use ledger::{FencedLedger, LEDGER_SCHEMA_VERSION, PostgresLedger, PostgresLedgerOptions};
-pub use queue::{Claim, QueueError, QueueStatus, QueuedRun, RunOutcome, RunQueue};
+pub use runs::{PostgresRunStore, PostgresRunStoreOptions, RUN_STORE_SCHEMA_VERSION};
 pub use session::PostgresSessionStore;
-pub use worker::{AgentFactory, FactoryError, LeasedRun, Worker, WorkerReport};
+pub use worker::{
+    AgentFactory, BuiltAgent, FactoryError, LeasedRun, Worker, WorkerError, WorkerReport,
+};

@@ -1,5 +1,5 @@
 //! Versioned migrations, one list per component (the ledger, the session
-//! store, the runs queue), recorded in `tinyagents_schema`.
+//! store, the run store), recorded in `tinyagents_schema`.
 //!
 //! Opening a component takes a transaction-scoped advisory lock (so two
 //! processes opening one database at once migrate it once), reads the

@@ -50,9 +50,10 @@
 //! | [`harness`] | `AgentHarness`, the agent loop: runs, run handles, suspension and resume, recovery |
 //! | [`models`] | `ScriptedModel` and the OpenAI-compatible and Anthropic providers |
 //! | [`orchestrator`] | `Agent`, agents as tools, definitions, sessions, delegated governance |
+//! | [`runs`] | the run store: run records, sealed suspended states, approvals with who and why, leases, history (SQLite; PostgreSQL in `postgres`) |
 //! | `mcp` | MCP servers' tools as tools (`McpClient`), agents and tools served over MCP (`McpServer`); feature `mcp` |
 //! | `otel` | OpenTelemetry export of the run's GenAI spans over OTLP (`Export`, `layer`); feature `otel` |
-//! | `postgres` | the ledger, the session store and a queue of leased runs on PostgreSQL (`PgDatabase`); feature `postgres` |
+//! | `postgres` | the ledger, the session store and the run store on PostgreSQL (`PgDatabase`), and workers that lease runs; feature `postgres` |
 //!
 //! A tool's argument type needs `Deserialize` and `JsonSchema`:
 //! [`#[json_schema]`](json_schema) derives both (and `Serialize`) through
@@ -65,7 +66,7 @@
 //! |---|---|---|
 //! | `openai` | yes | `models::OpenAiModel`, OpenAI-compatible chat completions over HTTPS (reqwest, rustls) |
 //! | `anthropic` | yes | `models::AnthropicModel`, Anthropic's Messages API over HTTPS |
-//! | `sqlite` | yes | `ledger::SqliteLedger` and, with `orchestrator`, `orchestrator::SqliteSessionStore` (bundled SQLite) |
+//! | `sqlite` | yes | `ledger::SqliteLedger`, `runs::SqliteRunStore` and, with `orchestrator`, `orchestrator::SqliteSessionStore` (bundled SQLite) |
 //! | `orchestrator` | yes | [`Agent`], agents as tools, sessions, definitions (`orchestrator`) |
 //! | `mcp` | no | the `mcp` module: MCP both ways, on rmcp (implies `orchestrator`) |
 //! | `otel` | no | the `otel` module: OTLP export (HTTP/protobuf, gRPC) of the spans, on opentelemetry 0.33 |
@@ -112,6 +113,8 @@ pub use tinyagents_otel as otel;
 #[cfg(feature = "postgres")]
 #[doc(inline)]
 pub use tinyagents_postgres as postgres;
+#[doc(inline)]
+pub use tinyagents_runs as runs;
 #[doc(inline)]
 pub use tinytools as tools;
 

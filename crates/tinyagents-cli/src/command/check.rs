@@ -1,27 +1,44 @@
-//! `check`: an agents file read, its MCP servers started and its agents
-//! built, then stopped; says what the main agent has.
+//! `check`: an agents file read, its stores opened, its MCP servers
+//! started and its agents built, then stopped; says what the main agent
+//! has.
 
 use std::path::Path;
+use std::sync::Arc;
 
-use crate::build::build;
+use crate::build::Toolbox;
+use crate::cli::Cli;
 use crate::exit;
 use crate::file;
-use crate::store::StorePaths;
+use crate::store::{Place, Stores};
 use crate::view::out;
 
 /// `tinyagents check FILE`.
-pub(crate) async fn check(path: &Path, store: Option<&Path>) -> anyhow::Result<u8> {
+pub(crate) async fn check(path: &Path, cli: &Cli) -> anyhow::Result<u8> {
     let loaded = file::load(path)?;
-    let paths = StorePaths::of_file(&loaded, store);
-    paths.create()?;
-    let team = build(&loaded, &paths).await?;
-    let agent = team.main.active().agent();
+    let place = Place::choose(cli.db.as_deref(), cli.store.as_deref(), Some(&loaded));
+    let stores = Stores::open(place, true).await?;
+    let toolbox = Toolbox::connect(&loaded, &stores.logs).await?;
+    let built = toolbox.agent(
+        &loaded,
+        Arc::clone(&stores.ledger),
+        Arc::clone(&stores.sessions),
+    );
+    let main = match built {
+        Ok(main) => main,
+        Err(error) => {
+            toolbox.close().await;
+            return Err(error);
+        }
+    };
+    let agent = main.active().agent();
     out(&format!("{}: ok", path.display()));
     out(&format!("main agent: {}", loaded.main));
     out(&format!("tools: {}", agent.tools(false).join(", ")));
     for omitted in agent.omitted_tools(false) {
         out(&format!("not offered: {omitted:?}"));
     }
-    out(&format!("store: {}", paths.dir.display()));
-    Ok(team.close_with(exit::OK).await)
+    out(&format!("store: {}", stores.place.shown()));
+    toolbox.close().await;
+    stores.close().await?;
+    Ok(exit::OK)
 }

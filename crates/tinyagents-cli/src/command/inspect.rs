@@ -1,159 +1,320 @@
-//! `runs`, `show` and `sessions`: reading the ledger, the run records and
+//! `runs`, `show` and `sessions`: reading the run store, the ledger and
 //! the session store, changing nothing.
 
-use std::path::Path;
+use std::time::Duration;
 
 use anyhow::Context as _;
 use serde_json::json;
 use tinyagents::core::{RunId, SessionId, ToolReplay};
-use tinyagents::ledger::{EffectLedger, LedgerRow, RunState, SqliteLedger, SqliteOptions};
-use tinyagents::orchestrator::{
-    ChatRole, SessionRecord, SessionStore as _, SqliteSessionStore, child_run_id,
-    parent_of_child_run,
-};
+use tinyagents::ledger::{EffectLedger, LedgerRow, RunState};
+use tinyagents::orchestrator::{ChatRole, SessionRecord, child_run_id, parent_of_child_run};
+use tinyagents::runs::{RecordStatus, RunEvent, RunQuery, RunRecord};
 
-use super::{open_records, record, store_paths};
+use super::run::shown_status;
+use super::{BadInput, refusal};
 use crate::exit;
-use crate::store::{RecordStatus, RunRecord, StorePaths, process_alive};
+use crate::store::{Place, Stores};
 use crate::view::out;
 
-/// `tinyagents runs`.
-pub(crate) async fn runs(store: Option<&Path>, json: bool) -> anyhow::Result<u8> {
-    let paths = store_paths(store);
-    let records = open_records(&paths)?;
-    let ledger = open_ledger(&paths).await?;
-    if !json {
+/// `tinyagents runs [--status S]… [--limit N]`.
+pub(crate) async fn runs(
+    place: Place,
+    statuses: &[String],
+    limit: u32,
+    json: bool,
+) -> anyhow::Result<u8> {
+    let stores = Stores::open(place, false).await?;
+    let mut query = RunQuery::default().limit(limit);
+    for status in statuses {
+        let parsed = RecordStatus::parse(status).ok_or_else(|| {
+            BadInput::error(format!(
+                "--status {status}: not a status (one of {})",
+                RecordStatus::ALL.map(RecordStatus::as_str).join(", ")
+            ))
+        })?;
+        query = query.status(parsed);
+    }
+    let listed = stores.runs.list(&query).await.map_err(refusal)?;
+    list_runs(&stores, &listed, json).await?;
+    // Runs the ledger holds open that the run store does not (another
+    // program on the same ledger), without delegated runs.
+    let mut others = 0;
+    if statuses.is_empty() {
+        for run_id in stores.ledger.unfinished_runs().await? {
+            if parent_of_child_run(&run_id).is_some()
+                || listed.iter().any(|r| r.run_id == run_id)
+                || stores.runs.get(&run_id).await.map_err(refusal)?.is_some()
+            {
+                continue;
+            }
+            others += 1;
+            let rows = tree_rows(stores.ledger.as_ref(), &run_id).await?;
+            if json {
+                out(&json!({"run_id": run_id, "status": "open (not started here)", "calls": rows.len()})
+                    .to_string());
+            } else {
+                out(&format!(
+                    "{:<28} {:<14} {:<18} {:<19} {:>5}",
+                    run_id.as_str(),
+                    "?",
+                    "open, not recorded",
+                    "",
+                    rows.len()
+                ));
+            }
+        }
+    }
+    if listed.is_empty() && others == 0 && !json {
+        out(&format!(
+            "no runs{} in {}",
+            if statuses.is_empty() {
+                String::new()
+            } else {
+                format!(" {}", statuses.join(" or "))
+            },
+            stores.place.shown()
+        ));
+    }
+    stores.close().await?;
+    Ok(exit::OK)
+}
+
+/// Prints `records` (a header first, in text), each with its calls and
+/// those in doubt from the ledger.
+pub(crate) async fn list_runs(
+    stores: &Stores,
+    records: &[RunRecord],
+    json: bool,
+) -> anyhow::Result<()> {
+    if !json && !records.is_empty() {
         out(&format!(
             "{:<28} {:<14} {:<18} {:<19} {:>5} {:>8} {:>8}",
             "RUN", "AGENT", "STATUS", "STARTED (UTC)", "CALLS", "IN DOUBT", "TOKENS"
         ));
     }
-    let listed = records.list()?;
-    for record in &listed {
-        let rows = tree_rows(&ledger, &RunId::new(&record.run_id)).await?;
+    for record in records {
+        let rows = tree_rows(stores.ledger.as_ref(), &record.run_id).await?;
         let in_doubt = rows.iter().filter(|(_, r)| r.is_unresolved()).count();
         let status = shown_status(record);
         if json {
             out(&json!({
                 "run_id": record.run_id, "agent": record.agent, "status": status,
-                "started_at_ms": record.started_at_ms,
-                "updated_at_ms": record.updated_at_ms, "calls": rows.len(),
+                "started_at_ms": record.started_at.unwrap_or(record.created_at).as_millis(),
+                "updated_at_ms": record.updated_at.as_millis(), "calls": rows.len(),
                 "in_doubt": in_doubt, "usage": record.usage, "session": record.session,
-                "file": record.file,
+                "file": record.file.as_ref().map(|f| &f.path), "epoch": record.epoch,
+                "holder": record.holder.as_ref().map(|h| &h.owner),
+                "error": record.error,
             })
             .to_string());
         } else {
             out(&format!(
                 "{:<28} {:<14} {:<18} {:<19} {:>5} {:>8} {:>8}",
-                record.run_id,
+                record.run_id.as_str(),
                 record.agent,
                 status,
-                utc(record.started_at_ms),
+                utc(record.started_at.unwrap_or(record.created_at).as_millis()),
                 rows.len(),
                 in_doubt,
                 record.usage.total()
             ));
         }
     }
-    // Runs the ledger holds open that the command line did not start
-    // (another program on the same ledger), without delegated runs.
-    for run_id in ledger.unfinished_runs().await? {
-        if parent_of_child_run(&run_id).is_some()
-            || listed.iter().any(|r| r.run_id == run_id.as_str())
-        {
-            continue;
+    Ok(())
+}
+
+/// `tinyagents show RUN [--follow]`.
+pub(crate) async fn show(
+    place: Place,
+    run_id: &str,
+    follow: bool,
+    json: bool,
+) -> anyhow::Result<u8> {
+    let stores = Stores::open(place, false).await?;
+    let mut last = Vec::new();
+    loop {
+        let record = super::record(&stores, run_id).await?;
+        let lines = picture(&stores, &record, json).await?;
+        if lines != last {
+            if !last.is_empty() && !json {
+                out("");
+            }
+            let fresh = if json {
+                lines
+                    .iter()
+                    .filter(|l| !last.contains(*l))
+                    .cloned()
+                    .collect()
+            } else {
+                lines.clone()
+            };
+            for line in fresh {
+                out(&line);
+            }
+            last = lines;
         }
-        let rows = tree_rows(&ledger, &run_id).await?;
-        if json {
-            out(&json!({"run_id": run_id, "status": "open (not started here)", "calls": rows.len()})
-                .to_string());
-        } else {
-            out(&format!(
-                "{:<28} {:<14} {:<18} {:<19} {:>5}",
-                run_id.as_str(),
-                "?",
-                "open, not recorded",
-                "",
-                rows.len()
-            ));
+        let settled = record.status.has_ended()
+            || record.status == RecordStatus::AwaitingApproval
+            || (record.status == RecordStatus::Running
+                && record.holder_gone(tinyagents::ledger::Timestamp::now()));
+        if !follow || settled {
+            break;
         }
+        tokio::time::sleep(Duration::from_millis(250)).await;
     }
+    stores.close().await?;
     Ok(exit::OK)
 }
 
-/// A record's status as `runs` shows it: a run whose process is gone is
-/// interrupted.
-fn shown_status(record: &RunRecord) -> String {
-    if record.status == RecordStatus::Running && !process_alive(record.pid) {
-        return "interrupted".to_owned();
-    }
-    record.status.as_str().to_owned()
-}
-
-/// `tinyagents show RUN`.
-pub(crate) async fn show(run_id: &str, store: Option<&Path>, json: bool) -> anyhow::Result<u8> {
-    let paths = store_paths(store);
-    let records = open_records(&paths)?;
-    let record = record(&records, &paths, run_id)?;
-    let ledger = open_ledger(&paths).await?;
-    let id = RunId::new(run_id);
-    let state = ledger.run_state(&id).await?;
-    let rows = tree_rows(&ledger, &id).await?;
+/// What `show` prints of a run: its header, its whole call tree from the
+/// ledger (every segment, delegated runs under their calls), the calls of
+/// its last suspension with their decisions, earlier decisions, and its
+/// history.
+async fn picture(stores: &Stores, record: &RunRecord, json: bool) -> anyhow::Result<Vec<String>> {
+    let id = &record.run_id;
+    let state = stores.ledger.run_state(id).await?;
+    let rows = tree_rows(stores.ledger.as_ref(), id).await?;
+    let approvals = stores.runs.approvals(id).await.map_err(refusal)?;
     if json {
-        for (depth, row) in &rows {
-            out(&row_json(row, *depth).to_string());
-        }
-        return Ok(exit::OK);
+        let mut lines: Vec<String> = rows
+            .iter()
+            .map(|(d, r)| row_json(r, *d).to_string())
+            .collect();
+        lines.extend(approvals.iter().map(|c| {
+            json!({"type": "waiting_call", "run_id": c.run_id, "suspension": c.suspension,
+                   "call_id": c.call_id, "tool": c.tool, "reason": c.reason,
+                   "args_hash": c.args_hash,
+                   "decision": c.decision.as_ref().map(|d| json!({
+                       "approved": d.approved, "reason": d.reason, "by": d.by,
+                       "at_ms": d.at.as_millis()}))})
+            .to_string()
+        }));
+        lines.push(
+            json!({"type": "run", "run_id": id, "status": shown_status(record),
+                   "agent": record.agent, "epoch": record.epoch, "usage": record.usage,
+                   "ledger": ledger_state(state), "error": record.error})
+            .to_string(),
+        );
+        return Ok(lines);
     }
-    out(&format!(
-        "run {run_id} · agent {} · {} · ledger: {} · started {} UTC · {} tokens",
+    let mut lines = vec![format!(
+        "run {id} · agent {} · {} · ledger: {} · started {} UTC · {} tokens",
         record.agent,
-        shown_status(&record),
-        match state {
-            RunState::Unknown => "nothing recorded",
-            RunState::Open => "open",
-            RunState::Finished => "finished",
-        },
-        utc(record.started_at_ms),
+        shown_status(record),
+        ledger_state(state),
+        utc(record.started_at.unwrap_or(record.created_at).as_millis()),
         record.usage.total()
-    ));
+    )];
+    if let Some(file) = &record.file {
+        lines.push(format!(
+            "file {} (sha256 {})",
+            file.path,
+            file.sha256.get(..12).unwrap_or(&file.sha256)
+        ));
+    }
     if let Some(session) = &record.session {
-        out(&format!("session {session}"));
+        lines.push(format!("session {session}"));
     }
-    for (depth, row) in &rows {
-        out(&row_line(row, *depth));
-    }
-    if let Some(suspended) = &record.suspended {
-        for pending in suspended.pending() {
-            let decided = record
-                .decisions
-                .iter()
-                .find(|d| d.call_id == pending.call.id)
-                .map_or(
-                    "undecided",
-                    |d| if d.approved { "approved" } else { "denied" },
-                );
-            out(&format!(
-                "  ⏸ {} {} waits ({decided}): {}",
-                pending.call.id, pending.call.name, pending.reason
-            ));
+    lines.extend(rows.iter().map(|(depth, row)| row_line(row, *depth)));
+    for call in approvals
+        .iter()
+        .filter(|c| c.suspension == record.suspension)
+    {
+        let waiting = record.status == RecordStatus::AwaitingApproval || record.is_decided();
+        if !waiting {
+            continue;
         }
+        let decided = call.decision.as_ref().map_or_else(
+            || "undecided".to_owned(),
+            |d| {
+                format!(
+                    "{} by {}{}",
+                    if d.approved { "approved" } else { "denied" },
+                    d.by,
+                    d.reason
+                        .as_deref()
+                        .map(|r| format!(": {r}"))
+                        .unwrap_or_default()
+                )
+            },
+        );
+        lines.push(format!(
+            "  ⏸ {} {} waits ({decided}): {}",
+            call.call_id, call.tool, call.reason
+        ));
+    }
+    let decided: Vec<_> = approvals.iter().filter(|c| c.decision.is_some()).collect();
+    if !decided.is_empty() {
+        lines.push("decisions:".to_owned());
+        for call in decided {
+            if let Some(d) = &call.decision {
+                lines.push(format!(
+                    "  {} {} {} by {} at {} UTC{}",
+                    call.call_id,
+                    call.tool,
+                    if d.approved { "approved" } else { "denied" },
+                    d.by,
+                    utc(d.at.as_millis()),
+                    d.reason
+                        .as_deref()
+                        .map(|r| format!(" ({r})"))
+                        .unwrap_or_default()
+                ));
+            }
+        }
+    }
+    let history = stores.runs.history(id).await.map_err(refusal)?;
+    let notable: Vec<String> = history
+        .iter()
+        .filter_map(|h| match &h.event {
+            RunEvent::FileAccepted { path, from, to } => Some(format!(
+                "  {} UTC: {} accepted a change of {path} ({} → {})",
+                utc(h.at.as_millis()),
+                h.by,
+                from.get(..12).unwrap_or(from),
+                to.get(..12).unwrap_or(to)
+            )),
+            RunEvent::Claimed { epoch, segment } => Some(format!(
+                "  {} UTC: {segment} by {} (epoch {epoch})",
+                utc(h.at.as_millis()),
+                h.by
+            )),
+            _ => None,
+        })
+        .collect();
+    if !notable.is_empty() {
+        lines.push("segments:".to_owned());
+        lines.extend(notable);
     }
     let doubt = rows.iter().filter(|(_, r)| r.is_unresolved()).count();
     if doubt > 0 {
-        out(&format!(
-            "{doubt} call(s) in doubt: their effect is unknown (`tinyagents recover {run_id}`)"
+        lines.push(format!(
+            "{doubt} call(s) in doubt: their effect is unknown (`tinyagents recover {id}`)"
         ));
     }
     if let Some(error) = &record.error {
-        out(&format!("error: {error}"));
+        lines.push(format!("error: {error}"));
     }
-    Ok(exit::OK)
+    if record.status == RecordStatus::Failed && state == RunState::Open {
+        lines.push(format!("it may be recovered: `tinyagents recover {id}`"));
+    }
+    Ok(lines)
+}
+
+fn ledger_state(state: RunState) -> &'static str {
+    match state {
+        RunState::Unknown => "nothing recorded",
+        RunState::Open => "open",
+        RunState::Finished => "finished",
+    }
 }
 
 /// The rows of `run` and of the delegated runs of its calls, depth first,
 /// each with its depth in the tree.
-async fn tree_rows(ledger: &SqliteLedger, run: &RunId) -> anyhow::Result<Vec<(usize, LedgerRow)>> {
+pub(crate) async fn tree_rows(
+    ledger: &dyn EffectLedger,
+    run: &RunId,
+) -> anyhow::Result<Vec<(usize, LedgerRow)>> {
     let rows = ledger
         .rows(run)
         .await
@@ -244,23 +405,18 @@ fn row_json(row: &LedgerRow, depth: usize) -> serde_json::Value {
 }
 
 /// `tinyagents sessions [ID]`.
-pub(crate) async fn sessions(
-    id: Option<&str>,
-    store: Option<&Path>,
-    json: bool,
-) -> anyhow::Result<u8> {
-    let paths = store_paths(store);
-    if !paths.sessions.exists() {
-        anyhow::bail!(
-            "no session store at {} (runs with --session make one)",
-            paths.sessions.display()
-        );
-    }
-    let sessions = SqliteSessionStore::open(&paths.sessions)
-        .await
-        .with_context(|| format!("opening the session store {}", paths.sessions.display()))?;
+pub(crate) async fn sessions(place: Place, id: Option<&str>, json: bool) -> anyhow::Result<u8> {
+    let stores = Stores::open(place, false).await?;
+    let sessions = &stores.sessions;
     let Some(id) = id else {
-        for id in sessions.top_level_sessions().await? {
+        let top = stores.top_level_sessions().await?;
+        if top.is_empty() && !json {
+            out(&format!(
+                "no sessions in {} (runs with --session make them)",
+                stores.place.shown()
+            ));
+        }
+        for id in top {
             let Some(record) = sessions.load(&id).await? else {
                 continue;
             };
@@ -276,17 +432,19 @@ pub(crate) async fn sessions(
                 ));
             }
         }
+        stores.close().await?;
         return Ok(exit::OK);
     };
     let id = SessionId::from(id.to_owned());
     let record = sessions
         .load(&id)
         .await?
-        .with_context(|| format!("no session '{id}' in {}", paths.sessions.display()))?;
+        .with_context(|| format!("no session '{id}' in {}", stores.place.shown()))?;
     print_session(&record, 0, json);
     for child in sessions.children(&id).await? {
         print_session(&child, 1, json);
     }
+    stores.close().await?;
     Ok(exit::OK)
 }
 
@@ -319,17 +477,6 @@ fn print_session(record: &SessionRecord, depth: usize, json: bool) {
         };
         out(&format!("{indent}  {who}: {}", turn.text));
     }
-}
-
-/// The ledger of `paths`, which must exist.
-async fn open_ledger(paths: &StorePaths) -> anyhow::Result<SqliteLedger> {
-    let options = SqliteOptions {
-        create_if_missing: false,
-        ..SqliteOptions::default()
-    };
-    SqliteLedger::open_with(&paths.ledger, options)
-        .await
-        .with_context(|| format!("opening the ledger {}", paths.ledger.display()))
 }
 
 /// `YYYY-MM-DD HH:MM:SS` for milliseconds since the epoch (UTC).

@@ -2,60 +2,81 @@
 
 mod approve;
 mod check;
+mod hold;
 mod inspect;
 mod prompt;
 mod queue;
 mod run;
 mod segment;
+mod worker;
 
 use std::io::IsTerminal as _;
-use std::path::Path;
 
-use crate::cli::{Cli, Command, Output};
+use tinyagents::core::RunId;
+use tinyagents::runs::{RunRecord, RunStoreError};
+
+use crate::cli::{Cli, Command, Showing};
 use crate::exit;
 use crate::file::FileError;
-use crate::store::{RunRecord, RunStore, StorePaths};
+use crate::store::{Place, Stores};
 use crate::view::Mode;
+
+/// A refusal that is the invocation's fault (exit 2): a bad connection
+/// string, a run or call that is not there, an id taken.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub(crate) struct BadInput(pub(crate) String);
+
+impl BadInput {
+    /// The refusal `message`, as an error.
+    pub(crate) fn error(message: impl Into<String>) -> anyhow::Error {
+        anyhow::Error::new(Self(message.into()))
+    }
+}
 
 /// Runs the command `cli` names.
 pub(crate) async fn dispatch(cli: Cli) -> u8 {
-    let store = cli.store.as_deref();
-    let result = match cli.command {
+    let place = |loaded| Place::choose(cli.db.as_deref(), cli.store.as_deref(), loaded);
+    let result = match &cli.command {
         Command::Run {
             file,
             input,
             session,
-            output,
-            no_input,
+            show,
         } => {
-            let how = How::new(output, cli.json, no_input);
-            run::run(&file, &input, session.as_deref(), store, how).await
+            let how = How::new(*show, cli.json);
+            run::run(file, input, session.as_deref(), &cli, how).await
         }
         Command::Resume {
             run,
-            output,
-            no_input,
-        } => run::resume(&run, store, How::new(output, cli.json, no_input)).await,
+            show,
+            accept_changed_file,
+        } => {
+            let how = How::new(*show, cli.json);
+            run::resume(run, place(None), how, *accept_changed_file).await
+        }
         Command::Recover {
             run,
             file,
-            output,
-            no_input,
+            show,
+            accept_changed_file,
         } => {
-            let how = How::new(output, cli.json, no_input);
-            run::recover(&run, file.as_deref(), store, how).await
+            let how = How::new(*show, cli.json);
+            let options = run::RecoverOptions {
+                file: file.as_deref(),
+                accept_changed_file: *accept_changed_file,
+            };
+            run::recover(run, place(None), how, options).await
         }
-        Command::Approve {
-            run,
-            calls,
-            deny,
-            reason,
-        } => approve::approve(&run, &calls, deny, reason.as_deref(), store, cli.json),
-        Command::Runs => inspect::runs(store, cli.json).await,
-        Command::Show { run } => inspect::show(&run, store, cli.json).await,
-        Command::Sessions { id } => inspect::sessions(id.as_deref(), store, cli.json).await,
-        Command::Check { file } => check::check(&file, store).await,
-        Command::Queue { db, command } => queue::queue(db.as_deref(), command, cli.json).await,
+        Command::Approve(deciding) => approve::approve(place(None), deciding, cli.json).await,
+        Command::Runs { status, limit } => {
+            inspect::runs(place(None), status, *limit, cli.json).await
+        }
+        Command::Show { run, follow } => inspect::show(place(None), run, *follow, cli.json).await,
+        Command::Sessions { id } => inspect::sessions(place(None), id.as_deref(), cli.json).await,
+        Command::Check { file } => check::check(file, &cli).await,
+        Command::Worker { .. } => worker::worker(&cli).await,
+        Command::Queue { command } => queue::queue(place(None), command, cli.json).await,
     };
     match result {
         Ok(code) => code,
@@ -64,11 +85,10 @@ pub(crate) async fn dispatch(cli: Cli) -> u8 {
                 eprintln!("error: {file}");
                 return exit::USAGE;
             }
-            if error.downcast_ref::<queue::BadInput>().is_some() {
-                eprintln!("error: {error:#}");
+            eprintln!("error: {error:#}");
+            if error.downcast_ref::<BadInput>().is_some() {
                 return exit::USAGE;
             }
-            eprintln!("error: {error:#}");
             exit::FAILED
         }
     }
@@ -84,9 +104,10 @@ pub(crate) struct How {
 }
 
 impl How {
-    fn new(output: Output, json: bool, no_input: bool) -> Self {
+    fn new(show: Showing, json: bool) -> Self {
+        use crate::cli::Output;
         let terminal = std::io::stdout().is_terminal();
-        let mode = match (output, json) {
+        let mode = match (show.output, json) {
             (_, true) | (Output::Json, _) => Mode::Json,
             (Output::Live, _) => Mode::Live,
             (Output::Tree, _) => Mode::Plain,
@@ -94,33 +115,37 @@ impl How {
             (Output::Auto, false) => Mode::Json,
         };
         let interactive =
-            !no_input && mode == Mode::Live && terminal && std::io::stdin().is_terminal();
+            !show.no_input && mode == Mode::Live && terminal && std::io::stdin().is_terminal();
         Self { mode, interactive }
     }
 }
 
-/// The store of the commands that take no agents file.
-fn store_paths(store: Option<&Path>) -> StorePaths {
-    StorePaths::in_dir(store.unwrap_or_else(|| Path::new(crate::store::DEFAULT_STORE_DIR)))
-}
-
-/// The run records of `paths`, which must exist.
-fn open_records(paths: &StorePaths) -> anyhow::Result<RunStore> {
-    if !paths.runs.exists() {
-        anyhow::bail!(
-            "no run records at {} (run `tinyagents run FILE INPUT` first, or pass --store DIR)",
-            paths.runs.display()
-        );
-    }
-    RunStore::open(&paths.runs)
-}
-
-/// The record of `run_id`, or an error saying there is none.
-fn record(records: &RunStore, paths: &StorePaths, run_id: &str) -> anyhow::Result<RunRecord> {
-    records.get(run_id)?.ok_or_else(|| {
-        anyhow::anyhow!(
+/// The record of `run_id`, or an error saying there is none (bad input).
+pub(crate) async fn record(stores: &Stores, run_id: &str) -> anyhow::Result<RunRecord> {
+    match stores.runs.get(&RunId::new(run_id)).await {
+        Ok(Some(record)) => Ok(record),
+        Ok(None) => Err(BadInput::error(format!(
             "no run '{run_id}' in {} (`tinyagents runs` lists them)",
-            paths.runs.display()
-        )
-    })
+            stores.place.shown()
+        ))),
+        Err(error) => Err(refusal(error)),
+    }
+}
+
+/// A run store's refusal as the command line reports it: a run or call
+/// that is not there, an id taken or a decision made already is bad input;
+/// the rest (an edited record among them) is a failure.
+pub(crate) fn refusal(error: RunStoreError) -> anyhow::Error {
+    match error {
+        RunStoreError::NotFound { .. }
+        | RunStoreError::Exists { .. }
+        | RunStoreError::NotWaiting { .. }
+        | RunStoreError::AlreadyDecided { .. } => BadInput::error(error.to_string()),
+        other => anyhow::Error::new(other),
+    }
+}
+
+/// A status as people read it: `awaiting approval`.
+pub(crate) fn said(status: tinyagents::runs::RecordStatus) -> String {
+    status.as_str().replace('_', " ")
 }

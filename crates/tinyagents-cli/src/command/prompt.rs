@@ -2,7 +2,8 @@
 //! reason, and the arguments when the file captures tool payloads (as the
 //! suspended state keeps them: redacted).
 
-use tinyagents::harness::{ApprovalDecision, SuspendedRun};
+use tinyagents::harness::SuspendedRun;
+use tinyagents::runs::Decision;
 use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader};
 
 use crate::signal::Interrupt;
@@ -13,7 +14,7 @@ pub(crate) async fn decide(
     suspended: &SuspendedRun,
     show_arguments: bool,
     interrupt: &Interrupt,
-) -> Option<Vec<ApprovalDecision>> {
+) -> Option<Vec<Decision>> {
     let mut input = BufReader::new(tokio::io::stdin()).lines();
     let mut decisions = Vec::new();
     for pending in suspended.pending() {
@@ -31,16 +32,17 @@ pub(crate) async fn decide(
             say(&format!("approve {}? [y/n] ", pending.call.id)).await;
             let answer = read(&mut input, interrupt).await?;
             match answer.trim().to_ascii_lowercase().as_str() {
-                "y" | "yes" => break pending.approve(),
+                "y" | "yes" => break Decision::approve(pending.call.id.clone()),
                 "n" | "no" => {
                     say("reason (optional): ").await;
                     let reason = read(&mut input, interrupt).await?;
                     let reason = reason.trim();
-                    break pending.deny(if reason.is_empty() {
+                    let reason = if reason.is_empty() {
                         "denied at the terminal"
                     } else {
                         reason
-                    });
+                    };
+                    break Decision::deny(pending.call.id.clone(), reason);
                 }
                 _ => say("answer y or n\n").await,
             }

@@ -1,110 +1,261 @@
-//! One segment of a run, from start (or resume, or recovery) to its end:
-//! its events shown as they come, Ctrl-C cancelling it, its end recorded,
-//! and, on a terminal, a run that waits for a person asked about each
-//! waiting call and resumed in the same process.
+//! A claimed run, from its first segment this process runs to its end:
+//! each segment started, resumed or recovered as the run store and the
+//! ledger say (`next_segment`), over the ledger the run writes through,
+//! its events shown as they come in one tree for the whole run, Ctrl-C
+//! cancelling it, its end recorded under its claim's epoch; and, on a
+//! terminal, a run that waits for a person asked about each waiting call,
+//! its decisions recorded, and resumed in the same process.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::json;
-use tinyagents::harness::{ApprovalDecision, SuspendedRun};
-use tinyagents::orchestrator::{Agent, RunError};
+use tinyagents::harness::SuspendedRun;
+use tinyagents::ledger::SharedLedger;
+use tinyagents::orchestrator::{Agent, RunError, SessionScope};
 use tinyagents::prelude::{AgentRun, ResumeOptions, RunHandle, RunStatus};
+use tinyagents::runs::{Claim, Decision, Ending, Hold, NextSegment, RecordStatus, next_segment};
 
+use super::hold::Keeper;
 use super::prompt;
+use crate::build::Toolbox;
 use crate::exit;
+use crate::file::Loaded;
 use crate::signal::Interrupt;
-use crate::store::{RecordStatus, RunStore};
+use crate::store::{Stores, person};
 use crate::view::{Mode, Watch, out};
 
-/// What a command needs to run segments.
+/// What a command needs to run a claimed run's segments.
 pub(crate) struct Runner<'a> {
-    /// The agent.
-    pub(crate) agent: &'a Agent,
-    /// The run records.
-    pub(crate) records: &'a mut RunStore,
+    /// The stores.
+    pub(crate) stores: &'a Stores,
+    /// The agents file.
+    pub(crate) loaded: &'a Loaded,
+    /// Its MCP servers' tools.
+    pub(crate) toolbox: &'a Toolbox,
     /// The view.
     pub(crate) watch: &'a mut Watch,
     /// Ctrl-C.
     pub(crate) interrupt: &'a Interrupt,
     /// Ask a person at the terminal about waiting calls.
     pub(crate) interactive: bool,
-    /// Show arguments of waiting calls (the file's `tool_io` capture).
-    pub(crate) show_arguments: bool,
+    /// This process as a holder.
+    pub(crate) hold: Hold,
 }
 
 impl Runner<'_> {
-    /// Drives `handle` to its end and then, while the run waits for a
-    /// person and one can be asked here, resumes it with their decisions.
-    /// Returns the exit code.
-    pub(crate) async fn finish(&mut self, run_id: &str, handle: RunHandle<'_, RunError>) -> u8 {
-        let mut result = drive(handle, self.watch, self.interrupt).await;
+    /// Runs `claim`'s run until it ends, or waits for a person nobody here
+    /// can ask; `first` is its first segment when the caller knows it (a
+    /// new run's start), else the store and ledger decide. Returns the
+    /// exit code.
+    pub(crate) async fn finish(
+        &mut self,
+        mut claim: Claim,
+        mut first: Option<NextSegment>,
+        session: Option<&SessionScope>,
+    ) -> u8 {
+        let run_id = claim.record.run_id.clone();
         loop {
+            let ledger = self.stores.held_ledger(&run_id, claim.epoch);
+            let built = self.toolbox.agent(
+                self.loaded,
+                Arc::clone(&ledger) as SharedLedger,
+                Arc::clone(&self.stores.sessions),
+            );
+            let agent = match built {
+                Ok(agent) => agent,
+                Err(error) => {
+                    let error = format!("{error:#}");
+                    self.end(
+                        &claim,
+                        &Ending::Failed {
+                            error: error.clone(),
+                        },
+                    )
+                    .await;
+                    return self.failed(run_id.as_str(), &error);
+                }
+            };
+            let next = match first.take() {
+                Some(next) => next,
+                None => match next_segment(&claim, ledger.as_ref()).await {
+                    Ok(next) => next,
+                    Err(error) => {
+                        let error = format!("the effect ledger could not be read: {error}");
+                        self.end(
+                            &claim,
+                            &Ending::Failed {
+                                error: error.clone(),
+                            },
+                        )
+                        .await;
+                        return self.failed(run_id.as_str(), &error);
+                    }
+                },
+            };
+            if matches!(next, NextSegment::Finished) {
+                let error = "the effect ledger has this run finished but its end was never \
+                             recorded; its calls are in the ledger (`tinyagents show RUN`)"
+                    .to_owned();
+                self.end(
+                    &claim,
+                    &Ending::Failed {
+                        error: error.clone(),
+                    },
+                )
+                .await;
+                return self.failed(run_id.as_str(), &error);
+            }
+            let stop = self.interrupt.token();
+            let keeper = Keeper::keep(
+                Arc::clone(&self.stores.runs),
+                &self.hold,
+                run_id.clone(),
+                claim.epoch,
+                stop.clone(),
+            );
+            let result = self.segment(&agent, &claim, next, session, stop).await;
+            drop(keeper);
+            let ending = match &result {
+                Ok(run) => Ending::of(run),
+                Err(error) => Ending::Failed {
+                    error: error.to_string(),
+                },
+            };
+            if self.end(&claim, &ending).await
+                && let Err(error) = ledger.finish_now().await
+            {
+                self.watch.note(&format!(
+                    "warning: the ledger did not mark the run finished: {error}"
+                ));
+            }
             let run = match result {
                 Ok(run) => run,
-                Err(error) => return self.failed(run_id, &error),
+                Err(error) => return self.failed(run_id.as_str(), &error.to_string()),
             };
-            let status = record_status(run.status);
-            if let Err(error) =
-                self.records
-                    .finish(run_id, status, run.usage, run.suspended.as_ref(), None)
-            {
-                self.watch
-                    .note(&format!("error: recording the run's end: {error:#}"));
-                return exit::FAILED;
-            }
             let Some(suspended) = run.suspended.clone().filter(|_| self.interactive) else {
+                self.watch.end();
                 return self.report(&run);
             };
+            self.watch.pause();
             let Some(decisions) =
-                prompt::decide(&suspended, self.show_arguments, self.interrupt).await
+                prompt::decide(&suspended, self.show_arguments(), self.interrupt).await
             else {
                 // Ctrl-C at the prompt: the run stays waiting, recorded.
+                self.watch.end();
                 self.report(&run);
-                return exit::CANCELLED;
+                return exit::AWAITING_APPROVAL;
             };
-            if let Err(error) = self
-                .records
-                .decide(run_id, &decisions)
-                .and_then(|()| self.records.mark_running(run_id))
-            {
-                self.watch
-                    .note(&format!("error: recording the decisions: {error:#}"));
-                return exit::FAILED;
+            match self.decide_and_claim(&suspended, &decisions).await {
+                Ok(next) => claim = next,
+                Err(error) => {
+                    self.watch.note(&format!("error: {error:#}"));
+                    return exit::FAILED;
+                }
             }
-            result = self.resume(suspended, &decisions).await;
         }
     }
 
-    async fn resume(
+    /// Runs one segment and waits for its end.
+    async fn segment(
         &mut self,
-        suspended: SuspendedRun,
-        decisions: &[ApprovalDecision],
+        agent: &Agent,
+        claim: &Claim,
+        next: NextSegment,
+        session: Option<&SessionScope>,
+        stop: tinyagents::core::CancellationToken,
     ) -> Result<AgentRun, RunError> {
-        let options = ResumeOptions {
-            cancel: Some(self.interrupt.token()),
-            ..ResumeOptions::default()
+        let run_id = &claim.record.run_id;
+        let options = |decisions| ResumeOptions {
+            cancel: Some(stop.clone()),
+            decisions,
         };
-        let handle = self.agent.start_resume(suspended, decisions, options);
-        drive(handle, self.watch, self.interrupt).await
+        match next {
+            NextSegment::Start(request) => {
+                let request = request.with_cancellation(stop.clone());
+                let handle = match session {
+                    Some(scope) => agent.start_in_session(scope, request),
+                    None => agent.start(request),
+                };
+                drive(handle, self.watch, self.interrupt).await
+            }
+            NextSegment::Resume { state, decisions } => {
+                let handle = agent.start_resume(*state, &decisions, options(Vec::new()));
+                drive(handle, self.watch, self.interrupt).await
+            }
+            NextSegment::Recover { decisions } => {
+                let handle = agent.start_recover(run_id, options(decisions));
+                drive(handle, self.watch, self.interrupt).await
+            }
+            // Handled by the caller before a segment starts.
+            NextSegment::Finished => Err(RunError::Run {
+                source: tinyagents::core::TinyAgentsError::State("the run has finished".to_owned()),
+            }),
+        }
     }
 
-    fn failed(&mut self, run_id: &str, error: &RunError) -> u8 {
-        let text = format!("{error}");
-        let _ = self.records.finish(
-            run_id,
-            RecordStatus::Failed,
-            tinyagents::prelude::Usage::default(),
-            None,
-            Some(&text),
-        );
+    /// Records a segment's end under the claim's epoch; true when
+    /// recorded (false, and said, when another process took the run).
+    async fn end(&mut self, claim: &Claim, ending: &Ending) -> bool {
+        match self
+            .stores
+            .runs
+            .end(&claim.record.run_id, claim.epoch, ending)
+            .await
+        {
+            Ok(true) => true,
+            Ok(false) => {
+                self.watch.note(&format!(
+                    "warning: run {} was taken by another process: this one's end of it is not recorded",
+                    claim.record.run_id
+                ));
+                false
+            }
+            Err(error) => {
+                self.watch
+                    .note(&format!("error: recording the run's end: {error}"));
+                false
+            }
+        }
+    }
+
+    /// Records the person's decisions and takes the run again to resume it.
+    async fn decide_and_claim(
+        &mut self,
+        suspended: &SuspendedRun,
+        decisions: &[Decision],
+    ) -> anyhow::Result<Claim> {
+        let run = &suspended.run_id;
+        let runs = &self.stores.runs;
+        let decided = runs.decide(run, &person(None), decisions).await?;
+        if !decided.is_complete() {
+            anyhow::bail!(
+                "run {run} still waits on {} call(s) decided elsewhere",
+                decided.undecided.len()
+            );
+        }
+        let record = runs
+            .get(run)
+            .await?
+            .ok_or_else(|| anyhow::anyhow!("run {run} is no longer in the run store"))?;
+        Ok(runs.claim(run, record.epoch, &self.hold).await?)
+    }
+
+    fn show_arguments(&self) -> bool {
+        self.loaded.file.capture.tool_io
+    }
+
+    fn failed(&mut self, run_id: &str, error: &str) -> u8 {
+        self.watch.end();
         if self.watch.mode() == Mode::Json {
             out(
                 &json!({"type": "result", "run_id": run_id, "status": "failed",
-                        "error": text, "exit_code": exit::FAILED})
+                        "error": error, "exit_code": exit::FAILED})
                 .to_string(),
             );
         } else {
-            eprintln!("error: run {run_id} failed: {text}");
+            eprintln!("error: run {run_id} failed: {error}");
+            eprintln!("it may be recovered: `tinyagents recover {run_id}`");
         }
         exit::FAILED
     }
@@ -112,6 +263,7 @@ impl Runner<'_> {
     /// Prints how the run ended; returns the exit code.
     fn report(&mut self, run: &AgentRun) -> u8 {
         let code = exit_code(run.status);
+        let status = RecordStatus::of(run.status);
         let pending: Vec<_> = run
             .suspended
             .iter()
@@ -122,7 +274,7 @@ impl Runner<'_> {
             out(&json!({
                 "type": "result",
                 "run_id": run.run_id,
-                "status": record_status(run.status).as_str(),
+                "status": status.as_str(),
                 "final_text": run.final_text,
                 "usage": run.usage,
                 "pending": pending,
@@ -131,10 +283,10 @@ impl Runner<'_> {
             .to_string());
             return code;
         }
-        let status = record_status(run.status).as_str().replace('_', " ");
         out(&format!(
-            "run {} {status} · {} tokens ({} in, {} out)",
+            "run {} {} · {} tokens ({} in, {} out)",
             run.run_id,
+            super::said(status),
             run.usage.total(),
             run.usage.input_tokens,
             run.usage.output_tokens
@@ -151,7 +303,7 @@ impl Runner<'_> {
                 ));
             }
             out(&format!(
-                "decide with `tinyagents approve {0}` (or `--call ID`, `--deny`), then `tinyagents resume {0}`",
+                "decide with `tinyagents approve {0}` (or `--call ID`, `--deny-call ID`), then `tinyagents resume {0}`",
                 run.run_id
             ));
         } else if !run.final_text.is_empty() {
@@ -189,20 +341,7 @@ pub(crate) async fn drive(
             }
         }
     }
-    let result = handle.wait().await;
-    watch.end_segment();
-    result
-}
-
-/// The record's status for a run's end.
-pub(crate) fn record_status(status: RunStatus) -> RecordStatus {
-    match status {
-        RunStatus::Completed => RecordStatus::Completed,
-        RunStatus::Terminated => RecordStatus::Terminated,
-        RunStatus::LimitReached(_) => RecordStatus::LimitReached,
-        RunStatus::Cancelled => RecordStatus::Cancelled,
-        RunStatus::AwaitingApproval => RecordStatus::AwaitingApproval,
-    }
+    handle.wait().await
 }
 
 /// The exit code for a run's end.

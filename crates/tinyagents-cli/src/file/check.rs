@@ -288,6 +288,7 @@ fn check_store(source: &Source, file: &AgentsFile) -> Result<(), FileError> {
     for (key, value) in [
         ("store.ledger", &store.ledger),
         ("store.sessions", &store.sessions),
+        ("store.dir", &store.dir),
     ] {
         if let Some(value) = value
             && value.get_ref().contains("://")
@@ -296,10 +297,35 @@ fn check_store(source: &Source, file: &AgentsFile) -> Result<(), FileError> {
                 Some(value.span()),
                 key,
                 format!(
-                    "'{}' is a URL: expected the path of a SQLite file (Postgres stores are not \
-                     supported yet)",
+                    "'{}' is a URL: expected a path (a PostgreSQL store is `[store] url = \"postgres://…\"`)",
                     value.get_ref()
                 ),
+            ));
+        }
+    }
+    if let Some(url) = &store.url {
+        let text = url.get_ref();
+        if !(text.starts_with("postgres://")
+            || text.starts_with("postgresql://")
+            || text.contains("dbname="))
+        {
+            return Err(source.error(
+                Some(url.span()),
+                "store.url",
+                format!(
+                    "'{text}' is not a PostgreSQL connection string: expected `postgres://user@host/db` or `host=… dbname=…`"
+                ),
+            ));
+        }
+        if let Some(other) = [&store.dir, &store.ledger, &store.sessions]
+            .into_iter()
+            .flatten()
+            .next()
+        {
+            return Err(source.error(
+                Some(other.span()),
+                "store",
+                "a store is either a directory of SQLite files (`dir`, `ledger`, `sessions`) or a PostgreSQL database (`url`), not both".to_owned(),
             ));
         }
     }

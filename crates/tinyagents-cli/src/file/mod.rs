@@ -28,6 +28,9 @@ pub(crate) struct Loaded {
     pub(crate) dir: PathBuf,
     /// The agent `run` runs.
     pub(crate) main: String,
+    /// The file as a run records it: its absolute path and the hash of
+    /// its bytes.
+    pub(crate) identity: tinyagents::runs::AgentsFile,
 }
 
 /// Reads and checks the agents file at `path`.
@@ -37,6 +40,7 @@ pub(crate) fn load(path: &Path) -> Result<Loaded, FileError> {
         source,
     })?;
     let absolute = std::path::absolute(path).unwrap_or_else(|_| path.to_owned());
+    let identity = tinyagents::runs::AgentsFile::new(absolute.to_string_lossy(), text.as_bytes());
     let source = Source::new(path, text);
     let file = parse(&source)?;
     let main = check::check(&source, &file)?;
@@ -48,6 +52,7 @@ pub(crate) fn load(path: &Path) -> Result<Loaded, FileError> {
         file,
         dir,
         main,
+        identity,
     })
 }
 

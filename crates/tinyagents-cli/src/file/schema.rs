@@ -13,8 +13,8 @@ pub(crate) struct AgentsFile {
     /// The agent `run` runs: the only one, or the one named here.
     #[serde(default)]
     pub(crate) main: Option<Spanned<String>>,
-    /// Where the ledger, the session store and the command line's run
-    /// records live.
+    /// Where the ledger, the session store and the run records live: a
+    /// directory, or a PostgreSQL database.
     #[serde(default)]
     pub(crate) store: StoreSection,
     /// Prompts, completions, arguments and results in events and traces.
@@ -45,6 +45,11 @@ pub(crate) struct StoreSection {
     /// The session store's SQLite file (relative to `dir`).
     #[serde(default)]
     pub(crate) sessions: Option<Spanned<String>>,
+    /// A PostgreSQL database for the ledger, the sessions and the run
+    /// records instead of the directory (`postgres://…`); the command
+    /// line's `--db` (or `TINYAGENTS_DATABASE_URL`) overrides it.
+    #[serde(default)]
+    pub(crate) url: Option<Spanned<String>>,
 }
 
 /// `[capture]`.

@@ -90,8 +90,20 @@ fn errors_name_the_line_the_column_and_the_key() {
     let text = error_text("[agents.a]\nmodel = \"env\"\n[store]\nledger = \"postgres://db/x\"\n");
     assert!(
         text.contains(
-            ":4:10: store.ledger: 'postgres://db/x' is a URL: expected the path of a SQLite file"
+            ":4:10: store.ledger: 'postgres://db/x' is a URL: expected a path (a PostgreSQL store is `[store] url"
         ),
+        "{text}"
+    );
+    let text = error_text("[agents.a]\nmodel = \"env\"\n[store]\nurl = \"mysql://db/x\"\n");
+    assert!(
+        text.contains(":4:7: store.url: 'mysql://db/x' is not a PostgreSQL connection string"),
+        "{text}"
+    );
+    let text = error_text(
+        "[agents.a]\nmodel = \"env\"\n[store]\nurl = \"postgres://db/x\"\ndir = \"here\"\n",
+    );
+    assert!(
+        text.contains(":5:7: store: a store is either a directory of SQLite files"),
         "{text}"
     );
     let text = error_text(

@@ -13,6 +13,7 @@ use std::io::Write as _;
 use std::time::Instant;
 
 use serde_json::json;
+use tinyagents::ledger::LedgerRow;
 use tinyagents::prelude::AgentEvent;
 
 pub(crate) use render::lines;
@@ -85,9 +86,31 @@ impl Watch {
         }
     }
 
-    /// Ends the segment: the tree's last picture (printed now, without a
-    /// terminal), then a fresh tree for the next segment.
-    pub(crate) fn end_segment(&mut self) {
+    /// Shows run `run_id`'s earlier segments (its ledger `rows`, with
+    /// their depth, as `show` orders them) before this one's events, so a
+    /// resumed or recovered run is drawn whole.
+    pub(crate) fn seed(&mut self, run_id: &str, agent: &str, rows: &[(usize, LedgerRow)]) {
+        if rows.is_empty() {
+            return;
+        }
+        let rows: Vec<LedgerRow> = rows.iter().map(|(_, row)| row.clone()).collect();
+        self.tree.seed(run_id, agent, &rows, Instant::now());
+    }
+
+    /// Pauses a live view to ask at the terminal: the tree stays on the
+    /// screen, still, above the question; the next segment (a resume in
+    /// this process) draws the same tree on, so its last picture is the
+    /// whole run.
+    pub(crate) fn pause(&mut self) {
+        if let Some(mut live) = self.live.take() {
+            live.finish(&self.tree);
+        }
+        self.notes();
+    }
+
+    /// Ends the run's view: the tree's last picture (printed now, without a
+    /// terminal), then the warnings its events carried.
+    pub(crate) fn end(&mut self) {
         match self.mode {
             Mode::Live => {
                 if let Some(mut live) = self.live.take() {
@@ -101,10 +124,13 @@ impl Watch {
             }
             Mode::Json => {}
         }
+        self.notes();
+    }
+
+    fn notes(&mut self) {
         for warning in std::mem::take(&mut self.tree.warnings) {
             self.note(&format!("warning: {warning}"));
         }
-        self.tree = Tree::new();
     }
 
     fn live(&mut self) -> &mut live::Live {

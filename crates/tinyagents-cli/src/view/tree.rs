@@ -6,6 +6,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
+use tinyagents::ledger::{CallStatus, LedgerRow};
 use tinyagents::prelude::{AgentEvent, RunStatus, Usage};
 
 /// Where a node is in the tree.
@@ -114,6 +115,14 @@ impl Tree {
                 self.apply_in(&inner, event, now);
             }
             AgentEvent::RunStarted { run_id, agent_id } => {
+                // A later segment of a run the tree shows (a resume, a
+                // recovery): the same node goes on.
+                if let Some(id) = self.run_of(scope)
+                    && matches!(&self.nodes[id].kind, Kind::Run { run_id: shown, .. } if *shown == run_id.as_str())
+                {
+                    self.restart(id, now);
+                    return;
+                }
                 let parent = scope.split_last().and_then(|(call, outer)| {
                     self.index
                         .get(&(outer.to_vec(), format!("call:{call}")))
@@ -179,11 +188,18 @@ impl Tree {
                         .copied()
                         .or_else(|| self.run_of(scope)),
                 };
+                let key = format!("call:{call_id}");
+                // A call an earlier segment showed (it waited, or was in
+                // doubt) starts again in its place.
+                if let Some(id) = self.find(scope, &key) {
+                    self.restart(id, now);
+                    return;
+                }
                 let kind = Kind::Call {
                     call_id: call_id.to_string(),
                     tool: name.clone(),
                 };
-                self.add(scope, format!("call:{call_id}"), kind, parent, now);
+                self.add(scope, key, kind, parent, now);
             }
             AgentEvent::ToolProgress {
                 call_id,
@@ -286,6 +302,64 @@ impl Tree {
         id
     }
 
+    fn restart(&mut self, id: NodeId, now: Instant) {
+        let node = &mut self.nodes[id];
+        node.status = Status::Running;
+        node.started = now;
+        node.elapsed = None;
+        node.progress = None;
+    }
+
+    /// Shows the earlier segments of run `run_id` (of `agent`): its calls
+    /// and its delegated runs' calls as the ledger has them (`rows`, depth
+    /// first, as `show` orders them), so a resumed or recovered run is
+    /// drawn whole. Calls nest under their parents; a delegated run's
+    /// calls under the call that delegated it.
+    pub(crate) fn seed(&mut self, run_id: &str, agent: &str, rows: &[LedgerRow], now: Instant) {
+        let top = Kind::Run {
+            run_id: run_id.to_owned(),
+            agent: agent.to_owned(),
+        };
+        let run = self.add(&[], "run".to_owned(), top, None, now);
+        self.nodes[run].status = Status::Stopped("earlier segments".to_owned());
+        for row in rows {
+            let Some(scope) = scope_of(run_id, row.run_id.as_str()) else {
+                continue;
+            };
+            let parent = match &row.parent_call_id {
+                Some(parent) => self.find(&scope, &format!("call:{parent}")),
+                None => self.run_in(&scope, row.run_id.as_str(), now),
+            };
+            let kind = Kind::Call {
+                call_id: row.call_id.to_string(),
+                tool: row.tool_name.clone(),
+            };
+            let id = self.add(&scope, format!("call:{}", row.call_id), kind, parent, now);
+            let node = &mut self.nodes[id];
+            node.status = seeded_status(row);
+            node.elapsed = row.settled_at.map(|at| {
+                Duration::from_millis(at.as_millis().saturating_sub(row.started_at.as_millis()))
+            });
+        }
+    }
+
+    /// The run node of `scope`, made under the call that delegated it when
+    /// the tree does not have it yet.
+    fn run_in(&mut self, scope: &[String], run_id: &str, now: Instant) -> Option<NodeId> {
+        if let Some(id) = self.run_of(scope) {
+            return Some(id);
+        }
+        let (call, outer) = scope.split_last()?;
+        let parent = self.find(outer, &format!("call:{call}"));
+        let kind = Kind::Run {
+            run_id: run_id.to_owned(),
+            agent: "agent".to_owned(),
+        };
+        let id = self.add(scope, "run".to_owned(), kind, parent, now);
+        self.nodes[id].status = Status::Done;
+        Some(id)
+    }
+
     fn find(&self, scope: &[String], key: &str) -> Option<NodeId> {
         self.index.get(&(scope.to_vec(), key.to_owned())).copied()
     }
@@ -326,6 +400,41 @@ impl Tree {
             }
         }
         out
+    }
+}
+
+/// The scope of run `run` under the top run `top`: the calls that
+/// delegated to it, outermost first (`top::p2::p1` is `[p2, p1]`); `None`
+/// for a run outside the top run.
+fn scope_of(top: &str, run: &str) -> Option<Vec<String>> {
+    let rest = run.strip_prefix(top)?;
+    if rest.is_empty() {
+        return Some(Vec::new());
+    }
+    let rest = rest.strip_prefix(tinyagents::orchestrator::CHILD_RUN_SEPARATOR)?;
+    Some(
+        rest.split(tinyagents::orchestrator::CHILD_RUN_SEPARATOR)
+            .map(str::to_owned)
+            .collect(),
+    )
+}
+
+/// How a call's ledger row shows in the tree.
+fn seeded_status(row: &LedgerRow) -> Status {
+    let content = || {
+        row.result
+            .as_ref()
+            .map(|r| r.content.clone())
+            .unwrap_or_default()
+    };
+    match row.status {
+        CallStatus::Started => Status::Stopped("in doubt".to_owned()),
+        CallStatus::Deferred => Status::Waiting(content()),
+        CallStatus::Completed if row.result.as_ref().is_some_and(|r| r.is_error) => {
+            Status::Failed(content())
+        }
+        CallStatus::Completed => Status::Done,
+        CallStatus::Failed | CallStatus::Interrupted => Status::Failed(content()),
     }
 }
 

@@ -154,7 +154,7 @@ fn approve_and_resume_refuse_what_they_cannot_do() {
         stderr(&early)
     );
     let wrong = scratch.run(&["approve", &run, "--call", "p9"]);
-    assert_eq!(code(&wrong), 1);
+    assert_eq!(code(&wrong), 2, "a call that does not wait is bad input");
     assert!(
         stderr(&wrong).contains("call 'p9' of run '")
             && stderr(&wrong).contains("waiting: p3 (everything_trigger-long-running-operation)"),
@@ -162,7 +162,7 @@ fn approve_and_resume_refuse_what_they_cannot_do() {
         stderr(&wrong)
     );
     let missing = scratch.run(&["approve", "run-nope"]);
-    assert_eq!(code(&missing), 1);
+    assert_eq!(code(&missing), 2, "an unknown run is bad input");
     assert!(
         stderr(&missing).contains("no run 'run-nope'"),
         "{}",
@@ -227,8 +227,8 @@ fn edit_suspended(scratch: &Scratch, run: &str, edit: impl Fn(&str) -> String) {
 
 /// Issue 16, after a resume of a stored state someone edited: an approval
 /// was given for the arguments the person saw; a stored state whose
-/// waiting call's arguments were changed afterwards does not run the call
-/// (the decision is bound to the arguments' hash), and junk in place of the
+/// waiting call's arguments were changed afterwards is refused by its seal
+/// (issue 29) before anything of it is read, and junk in place of the
 /// state is an error naming it. Nothing runs, nothing panics.
 #[test]
 fn an_edited_or_unreadable_stored_state_runs_nothing() {
@@ -236,26 +236,23 @@ fn an_edited_or_unreadable_stored_state_runs_nothing() {
     let run = suspended(&scratch);
     assert_eq!(code(&scratch.run(&["approve", &run])), 0);
     edit_suspended(&scratch, &run, |text| {
-        text.replace("\"duration\":3", "\"duration\":1")
+        text.replace("\\\"duration\\\":3", "\\\"duration\\\":1")
     });
     let resumed = scratch.run(&["--json", "resume", &run]);
     assert_eq!(code(&resumed), 1, "{}", stdout(&resumed));
-    let result = result_of(&json_lines(&resumed)).clone();
-    let error = result["error"].as_str().unwrap();
     assert!(
-        error.contains("cannot be resumed") && error.contains("nothing was run"),
-        "{error}"
+        stderr(&resumed).contains("its suspended state does not match its seal")
+            && stderr(&resumed).contains("nothing of it was used"),
+        "{}",
+        stderr(&resumed)
     );
     assert!(
         !stdout(&resumed).contains("tool_progress"),
         "the edited call ran: {}",
         stdout(&resumed)
     );
-    let shown = stdout(&scratch.run(&["show", &run]));
-    assert!(
-        !shown.contains("p3 everything_trigger-long-running-operation · completed"),
-        "{shown}"
-    );
+    let shown = scratch.run(&["show", &run]);
+    assert_eq!(code(&shown), 1, "an edited record is refused everywhere");
 
     let scratch = Scratch::new();
     let run = suspended(&scratch);
@@ -263,7 +260,9 @@ fn an_edited_or_unreadable_stored_state_runs_nothing() {
     let resumed = scratch.run(&["resume", &run]);
     assert_eq!(code(&resumed), 1);
     assert!(
-        stderr(&resumed).contains(&format!("the suspended state of run '{run}' is unreadable")),
+        stderr(&resumed).contains(&format!(
+            "run {run}: its stored suspended state is unreadable"
+        )),
         "{}",
         stderr(&resumed)
     );

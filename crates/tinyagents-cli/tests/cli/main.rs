@@ -2,16 +2,20 @@
 //! real `server-everything`, runs that wait for approval and are approved
 //! and resumed in other processes, a killed run recovered, bad files, the
 //! JSON lines, sessions, Ctrl-C, the live view in a real terminal (tmux),
-//! and the PostgreSQL runs queue (`queue`).
+//! the run store's approvals, seals and crash campaign, and the command
+//! line on PostgreSQL (`--db`, `queue`, `worker`).
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 mod approval;
+mod crash;
+mod decisions;
 mod files;
 mod interrupt;
-mod queue;
+mod postgres;
 mod recover;
 mod run;
 mod sessions;
 mod support;
+mod tamper;
 mod telemetry;
 mod terminal;

@@ -313,3 +313,68 @@ pub(crate) fn terminal_events(
         })
         .count()
 }
+
+/// The payments MCP server of these tests (a Node.js script, no packages).
+pub(crate) fn payments_js() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/cli/payments.mjs")
+}
+
+/// An agents file whose agent `payer` looks its input up, pays its input,
+/// then pays `<input>-fee`; each payment waits for a person. `pay` writes
+/// one line per payment to `payments.txt` beside the file (`delay_ms`
+/// before and after the write), and is never replayed.
+pub(crate) fn payments_file(dir: &Path, delay_ms: u32) -> PathBuf {
+    let path = dir.join("payments.toml");
+    let body = format!(
+        r#"
+main = "payer"
+
+[capture]
+tool_io = true
+
+[mcp.payments]
+command = "node"
+args = ["{js}"]
+env = {{ PAYMENTS_FILE = "{effects}", PAY_DELAY_MS = "{delay_ms}" }}
+
+[agents.payer]
+model = "scripted"
+tools = ["payments_lookup", "payments_pay"]
+script = [
+    {{ tool = "payments_lookup", arguments = {{ to = "{{input}}" }} }},
+    {{ tool = "payments_pay", arguments = {{ to = "{{input}}" }} }},
+    {{ tool = "payments_pay", arguments = {{ to = "{{input}}-fee" }} }},
+    {{ text = "paid" }},
+]
+
+[agents.payer.policy]
+require_approval = ["payments_pay"]
+"#,
+        js = payments_js().to_string_lossy().replace('\\', "/"),
+        effects = dir
+            .join("payments.txt")
+            .to_string_lossy()
+            .replace('\\', "/"),
+    );
+    std::fs::write(&path, body).unwrap();
+    path
+}
+
+/// The payments made so far (lines of `payments.txt` in `dir`).
+pub(crate) fn payments(dir: &Path) -> Vec<String> {
+    std::fs::read_to_string(dir.join("payments.txt"))
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The record of `run` as `runs --json` lists it.
+pub(crate) fn listed(scratch: &Scratch, run: &str) -> Value {
+    let output = scratch.run(&["--json", "runs"]);
+    assert_eq!(code(&output), 0, "{}", stderr(&output));
+    json_lines(&output)
+        .into_iter()
+        .find(|r| r["run_id"] == run)
+        .unwrap_or_else(|| panic!("run {run} is not listed: {}", stdout(&output)))
+}

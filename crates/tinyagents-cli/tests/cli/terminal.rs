@@ -133,6 +133,19 @@ fn the_live_view_shows_the_tree_asks_for_approval_and_finishes() {
         end.contains("✓ p3 everything_trigger-long-running-operation"),
         "{end}"
     );
+    // Issue 29: the last tree is the whole run, both segments.
+    let last = end.rsplit("approve p3? [y/n]").next().unwrap_or_default();
+    for expected in [
+        "✓ agent coordinator · run run-",
+        "    ✓ p1 everything_echo",
+        "          ✓ p1 everything_get-sum",
+        "✓ p3 everything_trigger-long-running-operation",
+    ] {
+        assert!(
+            last.contains(expected),
+            "{expected:?} not in the last tree:\n{last}"
+        );
+    }
     // While it ran, the long call had a spinner and a progress bar.
     assert!(
         seen.iter().any(|s| s.lines().any(|l| l
@@ -178,4 +191,21 @@ fn ctrl_c_in_the_live_view_cancels_the_run() {
     );
     let runs = stdout(&scratch.run(&["runs"]));
     assert!(runs.contains("cancelled"), "{runs}");
+}
+
+/// Issue 29: Ctrl-C at the approval prompt leaves the run waiting and
+/// exits with 3 (awaiting approval), not 130; the run is still there to
+/// approve and resume.
+#[test]
+fn ctrl_c_at_the_approval_prompt_leaves_the_run_waiting_with_exit_3() {
+    let scratch = Scratch::new();
+    let command = format!("{BIN} run {} 'Prepare the release'", team_file().display());
+    let tmux = Tmux::start(&scratch, &command);
+    let mut seen = Vec::new();
+    tmux.wait_for(&mut seen, |s| s.contains("approve p3? [y/n]"));
+    tmux.keys(&["C-c"]);
+    let end = tmux.wait_for(&mut seen, |s| s.contains("EXIT="));
+    assert!(end.contains("EXIT=3"), "{end}");
+    let runs = stdout(&scratch.run(&["runs"]));
+    assert!(runs.contains("awaiting_approval"), "{runs}");
 }

@@ -50,6 +50,12 @@ pub struct Agent {
     pub(crate) active: ActiveAgent,
 }
 
+impl AsRef<AgentHarness> for Agent {
+    fn as_ref(&self) -> &AgentHarness {
+        self.harness()
+    }
+}
+
 impl std::fmt::Debug for Agent {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Agent")

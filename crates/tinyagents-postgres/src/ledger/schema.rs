@@ -11,7 +11,7 @@ use tokio_postgres::error::SqlState;
 
 use crate::error::PgError;
 use crate::migrate::migrate;
-use crate::queue::schema as runs_schema;
+use crate::runs::schema as runs_schema;
 
 /// The schema component of the ledger in `tinyagents_schema`.
 pub(crate) const COMPONENT: &str = "ledger";
@@ -91,7 +91,7 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     ),
 ];
 
-/// Brings the ledger's schema and that of the runs queue (whose epochs
+/// Brings the ledger's schema and that of the run store (whose epochs
 /// fence the ledger's writes) to this build's versions, refusing newer
 /// ones. When both are current already, it only reads, so a ledger opens
 /// on a read-only server (a standby) to be read.

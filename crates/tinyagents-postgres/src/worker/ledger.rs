@@ -2,9 +2,9 @@
 //! with two differences for the claimed run itself (its delegated runs are
 //! untouched):
 //!
-//! - its finished mark waits until the queue has recorded how the run
+//! - its finished mark waits until the run store has recorded how the run
 //!   ended ([`RunLedger::finish_now`]), so that a worker dying between the
-//!   two leaves a run the queue knows ended (and a startup sweep finishes in
+//!   two leaves a run the store knows ended (and a startup sweep finishes in
 //!   the ledger), never a run the ledger closed whose answer nobody kept;
 //! - a claim left bare by the worker before it (it died during the first
 //!   model call: a claim, and no checkpoint, no call) is taken over by a
@@ -90,7 +90,7 @@ impl RunLedger {
     }
 
     /// Marks the claimed run finished if the harness asked to: called once
-    /// the queue has recorded the run's end.
+    /// the run store has recorded the run's end.
     pub(crate) async fn finish_now(&self) -> LedgerResult<()> {
         let asked = *self.finish_asked.lock();
         if asked {

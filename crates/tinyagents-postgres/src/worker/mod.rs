@@ -1,6 +1,7 @@
-//! Workers: processes that claim queued runs, run them with an agent built
-//! for each, heartbeat their leases, and recover runs that another worker
-//! left.
+//! Workers: processes that claim runs from the run store
+//! ([`PostgresRunStore`]), run them with an agent built for each, renew
+//! their leases, resume runs whose waiting calls were decided, and recover
+//! runs that another worker (or a command) left.
 //!
 //! Each claimed run gets its own harness from the host's [`AgentFactory`],
 //! built over a ledger fenced with the claim's epoch: when another worker
@@ -19,24 +20,68 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use tinyagents_core::{CancellationToken, RunId};
 use tinyagents_harness::AgentHarness;
-use tinyagents_ledger::{EffectLedger, SharedLedger};
+use tinyagents_ledger::{EffectLedger, LedgerError, SharedLedger};
+use tinyagents_runs::{ClaimFilter, Ending, Hold, Holder, RunStore as _, RunStoreError};
 use tokio::task::JoinSet;
 
 use self::execute::execute;
 
 use crate::database::PgDatabase;
 use crate::ledger::PostgresLedger;
-use crate::queue::claim::{self, ClaimLimits, Ending};
-use crate::queue::{QueueError, RunQueue};
+use crate::runs::PostgresRunStore;
 
 /// An error of the host's agent factory.
 pub type FactoryError = Box<dyn std::error::Error + Send + Sync>;
 
+/// Why a worker stopped before it was told to.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum WorkerError {
+    /// The run store failed (not a passing database failure: those are
+    /// retried).
+    #[error(transparent)]
+    Store(#[from] RunStoreError),
+    /// The effect ledger failed.
+    #[error(transparent)]
+    Ledger(#[from] LedgerError),
+}
+
+/// What an [`AgentFactory`] builds for a run: anything that holds the
+/// run's [`AgentHarness`] (the harness itself, or an `Agent` of the
+/// orchestrator, whose sessions and delegated agents come with it).
+pub struct BuiltAgent(Box<dyn AsRef<AgentHarness> + Send + Sync>);
+
+impl BuiltAgent {
+    /// Wraps what holds the harness.
+    pub fn new(agent: impl AsRef<AgentHarness> + Send + Sync + 'static) -> Self {
+        Self(Box::new(agent))
+    }
+
+    /// The harness that runs the run.
+    pub fn harness(&self) -> &AgentHarness {
+        (*self.0).as_ref()
+    }
+}
+
+impl std::fmt::Debug for BuiltAgent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BuiltAgent").finish_non_exhaustive()
+    }
+}
+
+impl From<AgentHarness> for BuiltAgent {
+    fn from(harness: AgentHarness) -> Self {
+        Self::new(harness)
+    }
+}
+
 /// A run a worker has claimed, as the factory sees it.
 #[derive(Clone)]
 pub struct LeasedRun {
-    /// The run (its id in the queue and in the ledger).
+    /// The run (its id in the run store and in the ledger).
     pub run_id: RunId,
+    /// The agent its record names.
+    pub agent: String,
     /// The claim's epoch: the fence every ledger write carries.
     pub epoch: u64,
     /// 1 for a first claim; more when the run is recovered or resumed.
@@ -50,6 +95,7 @@ impl std::fmt::Debug for LeasedRun {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LeasedRun")
             .field("run_id", &self.run_id)
+            .field("agent", &self.agent)
             .field("epoch", &self.epoch)
             .field("attempt", &self.attempt)
             .finish_non_exhaustive()
@@ -59,16 +105,17 @@ impl std::fmt::Debug for LeasedRun {
 /// Builds the agent that runs a claimed run. Give every harness it builds
 /// (the run's, and those of the agents it delegates to) `run.ledger`.
 pub trait AgentFactory: Send + Sync + 'static {
-    /// The harness for `run`.
-    fn build(&self, run: &LeasedRun) -> Result<AgentHarness, FactoryError>;
+    /// The agent for `run`.
+    fn build(&self, run: &LeasedRun) -> Result<BuiltAgent, FactoryError>;
 }
 
-impl<F> AgentFactory for F
+impl<F, A> AgentFactory for F
 where
-    F: Fn(&LeasedRun) -> Result<AgentHarness, FactoryError> + Send + Sync + 'static,
+    F: Fn(&LeasedRun) -> Result<A, FactoryError> + Send + Sync + 'static,
+    A: Into<BuiltAgent>,
 {
-    fn build(&self, run: &LeasedRun) -> Result<AgentHarness, FactoryError> {
-        self(run)
+    fn build(&self, run: &LeasedRun) -> Result<BuiltAgent, FactoryError> {
+        self(run).map(Into::into)
     }
 }
 
@@ -100,6 +147,8 @@ pub struct Worker {
     db: PgDatabase,
     factory: Arc<dyn AgentFactory>,
     ledger: Option<PostgresLedger>,
+    store: Option<PostgresRunStore>,
+    filter: ClaimFilter,
     id: String,
     concurrency: usize,
     global: Option<usize>,
@@ -116,6 +165,8 @@ impl Worker {
             db: db.clone(),
             factory: Arc::new(factory),
             ledger: None,
+            store: None,
+            filter: ClaimFilter::default(),
             id: format!("worker-{}-{}", std::process::id(), RunId::generate()),
             concurrency: 1,
             global: None,
@@ -174,22 +225,46 @@ impl Worker {
         self
     }
 
+    /// The run store to claim from (default: opened on the database with
+    /// its own sealing key). Give it the host's key when runs are sealed
+    /// with one.
+    pub fn run_store(mut self, store: PostgresRunStore) -> Self {
+        self.store = Some(store);
+        self
+    }
+
+    /// Takes only the runs `filter` admits (default: every run): those of
+    /// the agents it can build, started from the agents file it has.
+    pub fn claim_filter(mut self, filter: ClaimFilter) -> Self {
+        self.filter = filter;
+        self
+    }
+
     /// Claims and runs until `cancel` fires; then stops claiming, lets its
     /// runs go on for the [shutdown grace](Self::shutdown_grace), gives back
     /// those still going (the next claim recovers them) and flushes the
     /// ledger.
-    pub async fn run(mut self, cancel: CancellationToken) -> Result<WorkerReport, QueueError> {
-        RunQueue::open(&self.db).await?;
+    pub async fn run(mut self, cancel: CancellationToken) -> Result<WorkerReport, WorkerError> {
+        let store = match self.store.take() {
+            Some(store) => store,
+            None => PostgresRunStore::open(&self.db).await?,
+        };
         let ledger = match self.ledger.take() {
             Some(ledger) => ledger,
             None => PostgresLedger::open(&self.db).await?,
         };
-        finish_ended(&self.db, &ledger).await?;
+        finish_ended(&store, &ledger).await?;
         let shared = Arc::new(Shared {
-            db: self.db.clone(),
+            store,
             ledger,
             factory: Arc::clone(&self.factory),
-            owner: self.id.clone(),
+            hold: Hold {
+                holder: Holder {
+                    owner: self.id.clone(),
+                    ..Holder::this_process(None)
+                },
+                lease: self.lease,
+            },
             held: Mutex::new(HashMap::new()),
             report: Mutex::new(WorkerReport::default()),
         });
@@ -226,37 +301,38 @@ impl Worker {
         shared: &Arc<Shared>,
         runs: &mut JoinSet<()>,
         cancel: &CancellationToken,
-    ) -> Result<(), QueueError> {
+    ) -> Result<(), WorkerError> {
         while !cancel.is_cancelled() {
             while runs.try_join_next().is_some() {}
             let room = self.concurrency.saturating_sub(runs.len());
-            let limits = ClaimLimits {
-                room,
-                global: self.global,
-                lease: self.lease,
-            };
-            let claimed = match claim::claim(&self.db, &self.id, limits).await {
-                Ok(claimed) => claimed,
-                // The database may be restarting: wait, then try again.
-                Err(QueueError::Database(err)) => {
-                    tracing::warn!(error = %err, worker = %self.id, "claim failed");
-                    Vec::new()
+            let claimed = if room == 0 {
+                Vec::new()
+            } else {
+                let claimed = shared
+                    .store
+                    .claim_next_limited(&shared.hold, room, &self.filter, self.global)
+                    .await;
+                match claimed {
+                    Ok(claimed) => claimed,
+                    // The database may be restarting: wait, then try again.
+                    Err(err @ RunStoreError::Storage { .. }) => {
+                        tracing::warn!(error = %err, worker = %self.id, "claim failed");
+                        Vec::new()
+                    }
+                    Err(other) => return Err(other.into()),
                 }
-                Err(other) => return Err(other),
             };
             let idle = claimed.is_empty();
-            for run in claimed {
+            for claim in claimed {
                 let token = CancellationToken::new();
-                shared
-                    .held
-                    .lock()
-                    .insert(run.run_id.clone(), (run.epoch, token.clone()));
+                let run = claim.record.run_id.clone();
+                shared.held.lock().insert(run, (claim.epoch, token.clone()));
                 {
                     let mut report = shared.report.lock();
                     report.claimed += 1;
-                    report.recovered += u64::from(run.attempts > 1);
+                    report.recovered += u64::from(claim.takeover || claim.resume.is_some());
                 }
-                runs.spawn(execute(Arc::clone(shared), run, token));
+                runs.spawn(execute(Arc::clone(shared), claim, token));
             }
             if idle || runs.len() >= self.concurrency {
                 tokio::select! {
@@ -281,22 +357,25 @@ impl Drop for AbortOnDrop {
 
 /// What a worker's tasks share.
 pub(crate) struct Shared {
-    db: PgDatabase,
+    store: PostgresRunStore,
     ledger: PostgresLedger,
     factory: Arc<dyn AgentFactory>,
-    owner: String,
+    hold: Hold,
     /// The runs this worker holds: their epoch, and the token that stops
     /// them when the lease is lost.
     held: Mutex<HashMap<RunId, (u64, CancellationToken)>>,
     report: Mutex<WorkerReport>,
 }
 
-/// Marks finished in the ledger the runs the queue holds as ended: a worker
+/// Marks finished in the ledger the runs the store holds as ended: a worker
 /// that died between recording a run's end and the ledger's mark left them
 /// open there.
-async fn finish_ended(db: &PgDatabase, ledger: &PostgresLedger) -> Result<(), QueueError> {
+async fn finish_ended(
+    store: &PostgresRunStore,
+    ledger: &PostgresLedger,
+) -> Result<(), WorkerError> {
     let open = ledger.unfinished_runs().await?;
-    for run in claim::ended_among(db, &open).await? {
+    for run in store.ended_among(&open).await? {
         ledger.mark_run_finished(&run).await?;
     }
     Ok(())
@@ -311,7 +390,7 @@ async fn give_back(shared: &Shared) {
         .map(|(id, (epoch, _))| (id, epoch))
         .collect();
     for (run, epoch) in held {
-        let given = claim::end(&shared.db, &run, epoch, &Ending::Released).await;
+        let given = shared.store.end(&run, epoch, &Ending::Released).await;
         let mut report = shared.report.lock();
         match given {
             Ok(true) => report.released += 1,
@@ -337,7 +416,11 @@ async fn heartbeats(shared: Arc<Shared>, lease: Duration) {
             .iter()
             .map(|(id, (epoch, _))| (id.clone(), *epoch))
             .collect();
-        match claim::heartbeat(&shared.db, &shared.owner, lease, &held).await {
+        match shared
+            .store
+            .renew(&shared.hold.holder.owner, lease, &held)
+            .await
+        {
             Ok(renewed) => {
                 let map = shared.held.lock();
                 for (id, _) in &held {

@@ -55,12 +55,14 @@ pub(crate) fn started(run: &RunId, call: &str, replay: ToolReplay) -> StartedRow
     )
 }
 
-/// Puts `run` in the runs queue, running at `epoch` (what a claim leaves).
+/// Puts `run` in the run store, running at `epoch` (what a claim leaves;
+/// the fence reads only the epoch, so the record is a bare one).
 pub(crate) async fn claimed_run(client: &Client, run: &RunId, epoch: i64) {
     client
         .execute(
-            "INSERT INTO tinyagents_runs (id, status, request, epoch) \
-             VALUES ($1, 'running', '{}'::jsonb, $2)",
+            "INSERT INTO tinyagents_runs \
+                 (id, agent, request, seal, status, epoch, created_at, updated_at) \
+             VALUES ($1, 'ledger-test', '{}', '', 'running', $2, 0, 0)",
             &[&run.as_str(), &epoch],
         )
         .await

@@ -1,66 +1,44 @@
-//! `queue`: the runs queue of a PostgreSQL database (`--db`, or
-//! `TINYAGENTS_DATABASE_URL`), whose workers run the runs. It queues a
-//! run, lists and shows runs, and decides the calls of a run awaiting
-//! approval, which queues it again for any worker to resume. It runs
-//! nothing itself.
+//! `queue`: the runs workers take, in the run store of `--db` (or
+//! `--store`): queue a run of an agents file, list the runs and how many
+//! are in each status, show one, decide a waiting one's calls. The same
+//! records, approvals and listings as `runs`, `show` and `approve`; it
+//! runs nothing itself.
 
-mod decide;
-mod look;
+use std::path::Path;
 
+use serde_json::{Value, json};
 use tinyagents::core::RunId;
-use tinyagents::harness::RunRequest;
-use tinyagents::postgres::{PgDatabase, PgError, QueueError, RunQueue};
+use tinyagents::prelude::RunRequest;
+use tinyagents::runs::{NewRun, RecordStatus, RunQuery};
 
+use super::{BadInput, approve, inspect, refusal};
 use crate::cli::QueueCommand;
 use crate::exit;
+use crate::file;
+use crate::store::{Place, Stores};
 use crate::view::out;
 
-/// A refusal that is the invocation's fault (exit 2): no database named, a
-/// bad connection string, a run or call that is not there, an id taken.
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub(crate) struct BadInput(String);
-
-impl BadInput {
-    /// The refusal `message`, as an error.
-    fn error(message: impl Into<String>) -> anyhow::Error {
-        anyhow::Error::new(Self(message.into()))
-    }
-}
-
-/// `tinyagents queue [--db URL] COMMAND`.
-pub(crate) async fn queue(
-    db: Option<&str>,
-    command: QueueCommand,
-    json: bool,
-) -> anyhow::Result<u8> {
+/// `tinyagents queue COMMAND`.
+pub(crate) async fn queue(place: Place, command: &QueueCommand, json: bool) -> anyhow::Result<u8> {
     match command {
-        QueueCommand::Enqueue { input, id } => enqueue(db, &input, id.as_deref(), json).await,
-        QueueCommand::List { limit } => look::list(&open(db).await?, limit, json).await,
-        QueueCommand::Show { run } => look::show(&open(db).await?, &run, json).await,
-        QueueCommand::Approve {
-            run,
-            calls,
-            deny,
-            reason,
-        } => {
-            let decision = decide::Decision {
-                calls: &calls,
-                deny,
-                reason: reason.as_deref(),
-            };
-            decide::approve(&open(db).await?, &run, decision, json).await
+        QueueCommand::Enqueue { file, input, id } => {
+            enqueue(place, file, input, id.as_deref(), json).await
         }
+        QueueCommand::List { limit } => list(place, *limit, json).await,
+        QueueCommand::Show { run } => inspect::show(place, run, false, json).await,
+        QueueCommand::Approve(deciding) => approve::approve(place, deciding, json).await,
     }
 }
 
-/// `queue enqueue INPUT [--id RUN]`.
+/// `queue enqueue FILE INPUT [--id RUN]`.
 async fn enqueue(
-    db: Option<&str>,
+    place: Place,
+    path: &Path,
     input: &str,
     id: Option<&str>,
     json: bool,
 ) -> anyhow::Result<u8> {
+    let loaded = file::load(path)?;
     let mut request = RunRequest::new(input);
     if let Some(id) = id {
         if id.trim().is_empty() {
@@ -68,85 +46,58 @@ async fn enqueue(
         }
         request = request.with_run_id(RunId::new(id));
     }
-    let queue = open(db).await?;
-    let run = queue.enqueue(&request).await.map_err(refusal)?;
+    let stores = Stores::open(place, true).await?;
+    let new = NewRun::new(&loaded.main, &request).with_file(loaded.identity.clone());
+    let run = new.run_id.clone();
+    stores.runs.create(new, None).await.map_err(refusal)?;
     if json {
-        out(&serde_json::json!({"type": "enqueued", "run_id": run}).to_string());
+        out(&json!({"type": "enqueued", "run_id": run}).to_string());
     } else {
         out(run.as_str());
     }
+    stores.close().await?;
     Ok(exit::OK)
 }
 
-/// The queue of the database `db` names.
-async fn open(db: Option<&str>) -> anyhow::Result<RunQueue> {
-    let Some(url) = db.filter(|url| !url.trim().is_empty()) else {
-        return Err(BadInput::error(
-            "no database for the queue: pass --db URL or set TINYAGENTS_DATABASE_URL",
-        ));
+/// `queue list [--limit N]`.
+async fn list(place: Place, limit: u32, json: bool) -> anyhow::Result<u8> {
+    let stores = Stores::open(place, false).await?;
+    let runs = stores
+        .runs
+        .list(&RunQuery::default().limit(limit))
+        .await
+        .map_err(refusal)?;
+    let counts = stores.runs.counts().await.map_err(refusal)?;
+    let count = |status: RecordStatus| {
+        counts
+            .iter()
+            .find(|(s, _)| *s == status)
+            .map_or(0, |(_, n)| *n)
     };
-    let database = PgDatabase::connect(url).await.map_err(|error| {
-        if matches!(error, PgError::Url { .. }) {
-            BadInput::error(format!("--db: {error}"))
-        } else {
-            anyhow::Error::new(error)
+    inspect::list_runs(&stores, &runs, json).await?;
+    if json {
+        let mut line = serde_json::Map::new();
+        line.insert("type".into(), json!("counts"));
+        for status in RecordStatus::ALL {
+            line.insert(status.as_str().into(), json!(count(status)));
         }
-    })?;
-    Ok(RunQueue::open(&database).await?)
-}
-
-/// A queue's refusal, as the command line reports it: a run or call that
-/// is not there, or an id taken, is bad input; the rest is a failure.
-fn refusal(error: QueueError) -> anyhow::Error {
-    match error {
-        QueueError::NotFound { .. } => {
-            BadInput::error(format!("{error} (`tinyagents queue list` lists them)"))
-        }
-        QueueError::Exists { .. } | QueueError::Decisions { .. } => {
-            BadInput::error(error.to_string())
-        }
-        other => anyhow::Error::new(other),
-    }
-}
-
-/// The first line of `text`, at most 80 characters.
-fn first_line(text: &str) -> String {
-    let line = text.lines().next().unwrap_or_default();
-    if line.chars().count() > 80 {
-        let cut: String = line.chars().take(79).collect();
-        format!("{cut}…")
+        out(&Value::Object(line).to_string());
     } else {
-        line.to_owned()
+        let total: u64 = counts.iter().map(|(_, n)| n).sum();
+        if runs.is_empty() {
+            out(&format!("no runs in {}", stores.place.shown()));
+        } else if u64::try_from(runs.len()).unwrap_or(u64::MAX) < total {
+            out(&format!(
+                "the oldest {} of {total} runs (--limit N for more)",
+                runs.len()
+            ));
+        }
+        let counted: Vec<String> = RecordStatus::ALL
+            .iter()
+            .map(|s| format!("{} {}", s.as_str(), count(*s)))
+            .collect();
+        out(&counted.join(" · "));
     }
-}
-
-#[cfg(test)]
-mod tests {
-    use tinyagents::core::RunId;
-    use tinyagents::postgres::{QueueError, QueueStatus};
-
-    use super::{BadInput, first_line, refusal};
-
-    #[test]
-    fn a_missing_run_is_bad_input_and_a_run_in_the_wrong_state_is_not() {
-        let missing = refusal(QueueError::NotFound {
-            run: RunId::new("r1"),
-        });
-        assert!(missing.downcast_ref::<BadInput>().is_some());
-        assert!(missing.to_string().contains("run r1 is not in the queue"));
-        let settled = refusal(QueueError::NotAwaiting {
-            run: RunId::new("r1"),
-            status: QueueStatus::Queued,
-        });
-        assert!(settled.downcast_ref::<BadInput>().is_none());
-    }
-
-    #[test]
-    fn first_lines_are_cut_at_eighty_characters() {
-        assert_eq!(first_line("done\nmore"), "done");
-        assert_eq!(first_line(""), "");
-        let long = first_line(&"x".repeat(100));
-        assert_eq!(long.chars().count(), 80);
-        assert!(long.ends_with('…'));
-    }
+    stores.close().await?;
+    Ok(exit::OK)
 }
