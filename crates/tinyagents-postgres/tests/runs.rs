@@ -157,7 +157,9 @@ async fn postgres_run_store_refuses_every_edit_of_a_sealed_part() {
         .unwrap();
         assert_eq!(n, 1, "the edit changed one row");
     };
-    conformance::tamper::every_sealed_part_refuses_an_edit(&store, edit).await;
+    conformance::tamper::every_sealed_part_refuses_an_edit(&store, &edit).await;
+    conformance::tamper::a_workers_claim_fails_an_edited_run_and_takes_the_others(&store, &edit)
+        .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -12,7 +12,9 @@ use tinyagents_ledger::Timestamp;
 
 use crate::approval::{Decision, DecisionRecord, WaitingCall};
 use crate::error::{RunStoreError, RunStoreResult};
-use crate::record::{AgentsFile, Holder, RecordStatus, RunRecord, StoredRequest};
+use crate::record::{
+    AgentsFile, Ending, Hold, Holder, NewRun, RecordStatus, RunRecord, StoredRequest,
+};
 use crate::seal::SealKey;
 
 /// The parts of a record that decide what it runs, as the seal covers
@@ -87,6 +89,70 @@ pub struct NewWaiting {
     pub arguments: Value,
 }
 
+/// `text` as every backend stores it: a NUL character (which
+/// PostgreSQL's text cannot hold) becomes U+FFFD, so every backend stores,
+/// seals and reads back the same text, and a model's answer holding one
+/// cannot keep a run's end from being recorded.
+pub fn clean(text: &str) -> String {
+    text.replace('\0', "\u{FFFD}")
+}
+
+/// `run` with its texts [`clean`]ed (the request is stored as JSON, which
+/// escapes a NUL).
+pub fn cleaned_run(mut run: NewRun) -> NewRun {
+    run.agent = clean(&run.agent);
+    run.session = run.session.as_deref().map(clean);
+    run
+}
+
+/// `hold` with its holder's names [`clean`]ed.
+pub fn cleaned_hold(hold: &Hold) -> Hold {
+    let mut hold = hold.clone();
+    hold.holder.owner = clean(&hold.holder.owner);
+    hold.holder.host = clean(&hold.holder.host);
+    hold
+}
+
+/// `ending` with its texts [`clean`]ed.
+pub fn cleaned_ending(ending: &Ending) -> Ending {
+    match ending {
+        Ending::Ended {
+            status,
+            final_text,
+            usage,
+        } => Ending::Ended {
+            status: *status,
+            final_text: clean(final_text),
+            usage: *usage,
+        },
+        Ending::Failed { error } => Ending::Failed {
+            error: clean(error),
+        },
+        other => other.clone(),
+    }
+}
+
+/// The record of `decision`, made by `by` at `at` (texts [`clean`]ed).
+pub fn decision_record(decision: &Decision, by: &str, at: Timestamp) -> DecisionRecord {
+    DecisionRecord {
+        approved: decision.approved,
+        reason: decision.reason.as_deref().map(clean),
+        by: clean(by),
+        at,
+    }
+}
+
+/// Whether a candidate of a worker's claim that fails with `error` cannot
+/// be run at all (a part edited outside the store, or unreadable): the
+/// claim fails that run, saying why, and goes on with the others, so one
+/// such run never keeps workers from every other.
+pub fn unusable(error: &RunStoreError) -> bool {
+    matches!(
+        error,
+        RunStoreError::Tampered { .. } | RunStoreError::Unreadable { .. }
+    )
+}
+
 /// The waiting calls of `state`, in call order.
 pub fn waiting_calls_of(state: &SuspendedRun) -> Vec<NewWaiting> {
     state
@@ -95,8 +161,8 @@ pub fn waiting_calls_of(state: &SuspendedRun) -> Vec<NewWaiting> {
         .map(|(pending, position)| NewWaiting {
             position,
             call_id: pending.call.id.clone(),
-            tool: pending.call.name.clone(),
-            reason: pending.reason.clone(),
+            tool: clean(&pending.call.name),
+            reason: clean(&pending.reason),
             args_hash: args_hash(&pending.call.arguments),
             arguments: pending.call.arguments.clone(),
         })

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use tinyagents_core::RunId;
 use tinyagents_ledger::Timestamp;
-use tinyagents_runs::backend::{ClaimPlan, check_claim, to_i64};
+use tinyagents_runs::backend::{ClaimPlan, check_claim, clean, cleaned_hold, to_i64, unusable};
 use tinyagents_runs::{
     Claim, ClaimFilter, Hold, RecordStatus, RunEvent, RunRecord, RunStoreError, RunStoreResult,
     SealKey, WaitingCall,
@@ -106,6 +106,38 @@ pub(super) async fn take(
     })
 }
 
+/// Fails a run a worker's claim found unusable (`error` says why: an edit
+/// made outside the store, or an unreadable value), so no claim meets it
+/// again; its record is left as it is, for a person to look at.
+async fn fail_unusable(
+    tx: &Transaction<'_>,
+    run: &RunId,
+    hold: &Hold,
+    error: &RunStoreError,
+    at: Timestamp,
+) -> RunStoreResult<()> {
+    let operation = "claim runs";
+    let text = error.to_string();
+    tx.execute(
+        "UPDATE tinyagents_runs SET status = 'failed', error = $2, ended_at = $3, updated_at = $3,
+             owner = NULL, host = NULL, pid = NULL, lease_until = NULL WHERE id = $1",
+        &[&run.as_str(), &clean(&text), &to_i64(at.as_millis())],
+    )
+    .await
+    .map_err(failed(operation))?;
+    note(
+        tx,
+        run,
+        &hold.holder.owner,
+        at,
+        &RunEvent::Ended {
+            status: RecordStatus::Failed,
+            error: Some(text),
+        },
+    )
+    .await
+}
+
 /// `RunStore::claim`: takes `run` for `hold` if its epoch is still
 /// `seen_epoch` and it may be taken.
 pub(super) async fn one(
@@ -193,33 +225,29 @@ impl PostgresRunStore {
                 return Ok(Vec::new());
             }
         }
+        let hold = &cleaned_hold(hold);
         let agents: Vec<&str> = filter.agents.iter().map(String::as_str).collect();
         let hash = filter.file_sha256.as_deref();
         let limit = i64::try_from(room).unwrap_or(i64::MAX);
-        let mut candidates = read::records(
-            &*tx,
-            &self.key,
-            EXPIRED,
-            &[&now, &agents, &hash, &limit],
-            operation,
-        )
-        .await?;
+        let mut candidates =
+            read::raw_records(&*tx, EXPIRED, &[&now, &agents, &hash, &limit], operation).await?;
         let left = room.saturating_sub(candidates.len());
         if left > 0 {
             let limit = i64::try_from(left).unwrap_or(i64::MAX);
-            let queued = read::records(
-                &*tx,
-                &self.key,
-                QUEUED,
-                &[&agents, &hash, &limit],
-                operation,
-            )
-            .await?;
+            let queued =
+                read::raw_records(&*tx, QUEUED, &[&agents, &hash, &limit], operation).await?;
             candidates.extend(queued);
         }
         let mut claims = Vec::with_capacity(candidates.len());
-        for record in &candidates {
-            claims.push(take(&tx, &self.key, record, hold, at).await?);
+        for stored in candidates {
+            let run = RunId::from(stored.run_id.clone());
+            match stored.open(&self.key) {
+                Ok(record) => claims.push(take(&tx, &self.key, &record, hold, at).await?),
+                Err(error) if unusable(&error) => {
+                    fail_unusable(&tx, &run, hold, &error, at).await?;
+                }
+                Err(error) => return Err(error),
+            }
         }
         tx.commit().await.map_err(failed(operation))?;
         Ok(claims)

@@ -6,10 +6,9 @@
 //! are serialised there, and the second finds the call decided.
 
 use tinyagents_core::RunId;
-use tinyagents_runs::backend::{check_decisions, decision_seal, to_i64};
+use tinyagents_runs::backend::{check_decisions, decision_record, decision_seal, to_i64};
 use tinyagents_runs::{
-    Decided, Decision, DecisionRecord, RecordStatus, RunEvent, RunStoreError, RunStoreResult,
-    WaitingCall,
+    Decided, Decision, RecordStatus, RunEvent, RunStoreError, RunStoreResult, WaitingCall,
 };
 
 use super::read;
@@ -44,12 +43,7 @@ pub(super) async fn decide(
     let ms = to_i64(at.as_millis());
     let mut decided = Vec::with_capacity(chosen.len());
     for (call, decision) in chosen.into_iter().zip(decisions) {
-        let made = DecisionRecord {
-            approved: decision.approved,
-            reason: decision.reason.clone(),
-            by: by.to_owned(),
-            at,
-        };
+        let made = decision_record(decision, by, at);
         tx.execute(
             "UPDATE tinyagents_waiting_calls SET approved = $4, decision_reason = $5,
                  decided_by = $6, decided_at = $7, decision_seal = $8

@@ -105,6 +105,23 @@ pub(super) async fn records<C: GenericClient + Sync>(
         .collect()
 }
 
+/// The rows a clause selects, their seals not yet checked.
+pub(super) async fn raw_records<C: GenericClient + Sync>(
+    client: &C,
+    clause: &str,
+    values: &[&(dyn ToSql + Sync)],
+    operation: &'static str,
+) -> RunStoreResult<Vec<StoredRecord>> {
+    let sql = format!("SELECT {RECORD_COLUMNS} FROM tinyagents_runs {clause}");
+    let rows = client
+        .query(sql.as_str(), values)
+        .await
+        .map_err(failed(operation))?;
+    rows.iter()
+        .map(|row| raw(row).map_err(failed(operation)))
+        .collect()
+}
+
 /// The columns [`waiting`] reads, prefixed `w.`, with the run's agent.
 const WAITING_COLUMNS: &str = "w.run_id, r.agent, w.suspension, w.call_id, w.tool, w.reason, \
     w.args_hash, w.arguments, w.requested_at, w.seal, w.approved, w.decision_reason, \

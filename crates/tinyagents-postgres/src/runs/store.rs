@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use tinyagents_core::RunId;
-use tinyagents_runs::backend::{Identity, to_i64};
+use tinyagents_runs::backend::{Identity, cleaned_ending, cleaned_hold, cleaned_run, to_i64};
 use tinyagents_runs::{
     AgentsFile, Claim, ClaimFilter, Decided, Decision, Ending, HistoryEntry, Hold, NewRun,
     RecordStatus, RunEvent, RunQuery, RunRecord, RunStore, RunStoreError, RunStoreResult,
@@ -20,6 +20,8 @@ use super::{PostgresRunStore, claim, clock, connection, decide, end, failed, not
 #[async_trait]
 impl RunStore for PostgresRunStore {
     async fn create(&self, run: NewRun, hold: Option<&Hold>) -> RunStoreResult<Claim> {
+        let (run, hold) = (cleaned_run(run), hold.map(cleaned_hold));
+        let hold = hold.as_ref();
         let operation = "create a run";
         let key = &self.key;
         let request =
@@ -139,7 +141,7 @@ impl RunStore for PostgresRunStore {
     }
 
     async fn claim(&self, run: &RunId, seen_epoch: u64, hold: &Hold) -> RunStoreResult<Claim> {
-        claim::one(self, run, seen_epoch, hold).await
+        claim::one(self, run, seen_epoch, &cleaned_hold(hold)).await
     }
 
     async fn claim_next(
@@ -161,7 +163,7 @@ impl RunStore for PostgresRunStore {
     }
 
     async fn end(&self, run: &RunId, epoch: u64, ending: &Ending) -> RunStoreResult<bool> {
-        end::end(self, run, epoch, ending).await
+        end::end(self, run, epoch, &cleaned_ending(ending)).await
     }
 
     async fn waiting(&self, limit: u32) -> RunStoreResult<Vec<WaitingCall>> {

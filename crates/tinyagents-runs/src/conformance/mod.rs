@@ -29,7 +29,8 @@ use crate::{AgentsFile, Hold, Holder, NewRun, RunStore};
 
 pub use tamper::Edit;
 
-/// Runs every check but [`tamper`]'s, in order.
+/// Runs every check but [`tamper`]'s (which need the backend's own edits),
+/// in order.
 pub async fn run_all(store: &dyn RunStore) {
     records::create_records_a_run_once_with_what_it_runs(store).await;
     records::a_run_held_at_creation_is_running_under_epoch_one(store).await;
@@ -37,6 +38,7 @@ pub async fn run_all(store: &dyn RunStore) {
     records::a_claim_takes_a_run_once_by_the_epoch_it_saw(store).await;
     records::end_writes_only_under_the_epoch_that_holds_the_run(store).await;
     records::accept_file_changes_the_hash_and_keeps_the_change_in_history(store).await;
+    records::texts_with_a_nul_are_kept_alike_on_every_backend(store).await;
     approvals::a_suspension_records_its_waiting_calls_and_its_state(store).await;
     approvals::some_calls_are_decided_then_the_rest_and_the_run_is_queued_to_resume(store).await;
     approvals::a_decision_is_made_once_on_a_waiting_call_or_nothing_is_recorded(store).await;

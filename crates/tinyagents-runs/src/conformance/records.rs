@@ -270,3 +270,23 @@ pub async fn accept_file_changes_the_hash_and_keeps_the_change_in_history(store:
         "{refused:?}"
     );
 }
+
+/// A NUL character in a text the store keeps (an answer, an error, a
+/// decision's reason and who made it) is kept as U+FFFD by every backend
+/// (PostgreSQL's text cannot hold it), so the run's end is recorded and
+/// seals still check out.
+pub async fn texts_with_a_nul_are_kept_alike_on_every_backend(store: &dyn RunStore) {
+    let run = new_run("nul", "go");
+    let id = run.run_id.clone();
+    store.create(run, Some(&hold("w\0x", LONG))).await.unwrap();
+    let ended = Ending::Ended {
+        status: RecordStatus::Completed,
+        final_text: "paid\0twice?".into(),
+        usage: Usage::default(),
+    };
+    assert!(store.end(&id, 1, &ended).await.unwrap());
+    let record = store.get(&id).await.unwrap().unwrap();
+    assert_eq!(record.final_text.as_deref(), Some("paid\u{FFFD}twice?"));
+    let history = store.history(&id).await.unwrap();
+    assert!(history.iter().any(|h| h.by == "w\u{FFFD}x"), "{history:?}");
+}

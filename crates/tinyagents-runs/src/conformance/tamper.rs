@@ -114,3 +114,47 @@ where
         }
     }
 }
+
+/// A worker's claim that meets an edited run fails it (saying so in its
+/// history) and takes the other runs its filter admits: one edited run
+/// never keeps workers from the rest, and no later claim meets it again.
+pub async fn a_workers_claim_fails_an_edited_run_and_takes_the_others<F, Fut>(
+    store: &dyn RunStore,
+    edit: F,
+) where
+    F: Fn(Edit) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    let agent = super::fresh_run("edited-queue").to_string();
+    let edited = new_run(&agent, "edited");
+    let good = new_run(&agent, "good");
+    let (edited_id, good_id) = (edited.run_id.clone(), good.run_id.clone());
+    store.create(edited, None).await.unwrap();
+    store.create(good, None).await.unwrap();
+    edit(Edit::FileHash(edited_id.clone(), "0".repeat(64))).await;
+    let filter = crate::ClaimFilter {
+        agents: vec![agent],
+        file_sha256: None,
+    };
+    let claims = store
+        .claim_next(&hold("w", LONG), 10, &filter)
+        .await
+        .unwrap();
+    let taken: Vec<_> = claims.iter().map(|c| c.record.run_id.clone()).collect();
+    assert_eq!(taken, [good_id], "the good run is taken");
+    assert!(
+        store
+            .claim_next(&hold("w", LONG), 10, &filter)
+            .await
+            .unwrap()
+            .is_empty(),
+        "the edited run is not met again"
+    );
+    let history = store.history(&edited_id).await.unwrap();
+    assert!(
+        history.iter().any(|h| matches!(&h.event,
+            crate::RunEvent::Ended { status: crate::RecordStatus::Failed, error: Some(e) }
+                if e.contains("does not match its seal"))),
+        "{history:?}"
+    );
+}

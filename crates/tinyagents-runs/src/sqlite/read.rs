@@ -85,6 +85,22 @@ fn decode(key: &SealKey, raw: StoredRecord) -> RunStoreResult<RunRecord> {
     raw.open(key)
 }
 
+/// The rows a `WHERE` clause selects, their seals not yet checked.
+pub(super) fn raw_records(
+    conn: &Connection,
+    clause: &str,
+    values: &[&dyn rusqlite::ToSql],
+) -> RunStoreResult<Vec<StoredRecord>> {
+    let mut statement = conn
+        .prepare(&format!("SELECT {RECORD_COLUMNS} FROM runs {clause}"))
+        .map_err(|e| storage("list runs", &e))?;
+    let rows = statement
+        .query_map(values, raw)
+        .map_err(|e| storage("list runs", &e))?;
+    rows.map(|row| row.map_err(|e| storage("list runs", &e)))
+        .collect()
+}
+
 /// The columns [`waiting`] reads, prefixed `w.`, with the run's agent.
 const WAITING_COLUMNS: &str = "w.run_id, r.agent, w.suspension, w.call_id, w.tool, w.reason, \
     w.args_hash, w.arguments, w.requested_at, w.seal, w.approved, w.decision_reason, \

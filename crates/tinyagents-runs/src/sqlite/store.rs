@@ -9,10 +9,10 @@ use tinyagents_ledger::Timestamp;
 
 use super::SqliteRunStore;
 use super::read::{self, storage};
-use crate::approval::{Decided, Decision, DecisionRecord, WaitingCall};
+use crate::approval::{Decided, Decision, WaitingCall};
 use crate::backend::{
-    ClaimPlan, Identity, check_claim, check_decisions, decision_seal, now, to_i64,
-    waiting_calls_of, waiting_seal,
+    ClaimPlan, Identity, check_claim, check_decisions, cleaned_ending, cleaned_hold, cleaned_run,
+    decision_record, decision_seal, now, to_i64, unusable, waiting_calls_of, waiting_seal,
 };
 use crate::error::{RunStoreError, RunStoreResult};
 use crate::history::{HistoryEntry, RunEvent};
@@ -121,6 +121,35 @@ fn take(
     })
 }
 
+/// Fails a run a worker's claim found unusable (`error` says why: an edit
+/// made outside the store, or an unreadable value), so no claim meets it
+/// again; its record is left as it is, for a person to look at.
+fn fail_unusable(
+    tx: &Transaction<'_>,
+    run: &RunId,
+    hold: &Hold,
+    error: &RunStoreError,
+) -> RunStoreResult<()> {
+    let at = now();
+    let text = error.to_string();
+    tx.execute(
+        "UPDATE runs SET status = 'failed', error = ?2, ended_at = ?3, updated_at = ?3,
+             owner = NULL, host = NULL, pid = NULL, lease_until = NULL WHERE run_id = ?1",
+        params![run.as_str(), text, to_i64(at.as_millis())],
+    )
+    .map_err(|e| storage("claim runs", &e))?;
+    note(
+        tx,
+        run,
+        &hold.holder.owner,
+        at,
+        &RunEvent::Ended {
+            status: RecordStatus::Failed,
+            error: Some(text),
+        },
+    )
+}
+
 impl SqliteRunStore {
     fn insert(
         tx: &Transaction<'_>,
@@ -185,7 +214,7 @@ impl SqliteRunStore {
 #[async_trait]
 impl RunStore for SqliteRunStore {
     async fn create(&self, run: NewRun, hold: Option<&Hold>) -> RunStoreResult<Claim> {
-        let hold = hold.cloned();
+        let (run, hold) = (cleaned_run(run), hold.map(cleaned_hold));
         self.with("create a run", move |conn, key| {
             let tx = begin(conn, "create a run")?;
             Self::insert(&tx, key, &run, hold.as_ref())?;
@@ -271,7 +300,7 @@ impl RunStore for SqliteRunStore {
     }
 
     async fn claim(&self, run: &RunId, seen_epoch: u64, hold: &Hold) -> RunStoreResult<Claim> {
-        let (run, hold) = (run.clone(), hold.clone());
+        let (run, hold) = (run.clone(), cleaned_hold(hold));
         self.with("claim a run", move |conn, key| {
             let tx = begin(conn, "claim a run")?;
             let record = read::record(&tx, key, &run)?
@@ -293,38 +322,55 @@ impl RunStore for SqliteRunStore {
         if max == 0 {
             return Ok(Vec::new());
         }
-        let (hold, filter) = (hold.clone(), filter.clone());
+        let (hold, filter) = (cleaned_hold(hold), filter.clone());
         self.with("claim runs", move |conn, key| {
             let tx = begin(conn, "claim runs")?;
             let at = to_i64(now().as_millis());
-            let expired = read::records(
+            let mut admits = String::new();
+            let mut values: Vec<Box<dyn rusqlite::ToSql>> = vec![Box::new(at)];
+            if !filter.agents.is_empty() {
+                let marks: Vec<String> = (0..filter.agents.len())
+                    .map(|i| format!("?{}", i + 2))
+                    .collect();
+                admits.push_str(&format!(" AND agent IN ({})", marks.join(", ")));
+                values.extend(
+                    filter
+                        .agents
+                        .iter()
+                        .map(|a| Box::new(a.clone()) as Box<dyn rusqlite::ToSql>),
+                );
+            }
+            if let Some(hash) = &filter.file_sha256 {
+                values.push(Box::new(hash.clone()));
+                admits.push_str(&format!(" AND file_sha256 = ?{}", values.len()));
+            }
+            let refs: Vec<&dyn rusqlite::ToSql> = values.iter().map(AsRef::as_ref).collect();
+            // ?1 (the time) is used by the first clause only; the second
+            // reads it too so that both take the same parameters.
+            let expired = read::raw_records(
                 &tx,
-                key,
-                "WHERE status = 'running' AND (lease_until IS NULL OR lease_until < ?1) \
-                 ORDER BY lease_until, run_id",
-                params![at],
+                &format!(
+                    "WHERE status = 'running' AND (lease_until IS NULL OR lease_until < ?1){admits} \
+                     ORDER BY lease_until, run_id"
+                ),
+                &refs,
             )?;
-            let queued = read::records(
+            let queued = read::raw_records(
                 &tx,
-                key,
-                "WHERE status = 'queued' ORDER BY updated_at, run_id",
-                &[],
+                &format!("WHERE status = 'queued' AND ?1 = ?1{admits} ORDER BY updated_at, run_id"),
+                &refs,
             )?;
-            let admits = |record: &RunRecord| {
-                (filter.agents.is_empty() || filter.agents.contains(&record.agent))
-                    && filter
-                        .file_sha256
-                        .as_ref()
-                        .is_none_or(|hash| record.file.as_ref().is_some_and(|f| &f.sha256 == hash))
-            };
             let mut claims = Vec::new();
-            for record in expired
-                .iter()
-                .chain(&queued)
-                .filter(|r| admits(r))
-                .take(max)
-            {
-                claims.push(take(&tx, key, record, &hold)?);
+            for stored in expired.into_iter().chain(queued) {
+                if claims.len() == max {
+                    break;
+                }
+                let run = RunId::from(stored.run_id.clone());
+                match stored.open(key) {
+                    Ok(record) => claims.push(take(&tx, key, &record, &hold)?),
+                    Err(error) if unusable(&error) => fail_unusable(&tx, &run, &hold, &error)?,
+                    Err(error) => return Err(error),
+                }
             }
             commit(tx, "claim runs")?;
             Ok(claims)
@@ -362,7 +408,7 @@ impl RunStore for SqliteRunStore {
     }
 
     async fn end(&self, run: &RunId, epoch: u64, ending: &Ending) -> RunStoreResult<bool> {
-        let (run, ending) = (run.clone(), ending.clone());
+        let (run, ending) = (run.clone(), cleaned_ending(ending));
         self.with("end a run", move |conn, key| {
             let tx = begin(conn, "end a run")?;
             let held: Option<(String, i64, i64, Option<String>)> = tx
@@ -545,12 +591,7 @@ impl RunStore for SqliteRunStore {
             let at = now();
             let mut decided = Vec::with_capacity(chosen.len());
             for (call, decision) in chosen.into_iter().zip(&decisions) {
-                let made = DecisionRecord {
-                    approved: decision.approved,
-                    reason: decision.reason.clone(),
-                    by: by.clone(),
-                    at,
-                };
+                let made = decision_record(decision, &by, at);
                 tx.execute(
                     "UPDATE waiting_calls SET approved = ?4, decision_reason = ?5, decided_by = ?6,
                          decided_at = ?7, decision_seal = ?8
