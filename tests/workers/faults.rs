@@ -7,10 +7,10 @@ use std::time::Duration;
 use tinyagents::core::CancellationToken;
 use tinyagents::postgres::testing::TestCluster;
 use tinyagents::postgres::{
-    LeasedRun, PgDatabase, PgError, PgOptions, PostgresLedger, QueueError, QueueStatus, RunQueue,
-    Worker,
+    LeasedRun, PgDatabase, PgOptions, PostgresLedger, PostgresRunStore, Worker,
 };
 use tinyagents::prelude::*;
+use tinyagents::runs::{NewRun, RecordStatus, RunQuery, RunStore as _, RunStoreError};
 
 use super::agent::{self, EFFECTS_DDL};
 use super::fleet::assert_every_effect_has_its_row;
@@ -20,7 +20,7 @@ async fn a_database_restart_mid_run_loses_no_row_and_every_run_ends() {
     let cluster = TestCluster::start().unwrap();
     let url = cluster.database().await.unwrap();
     let db = PgDatabase::connect(&url).await.unwrap();
-    let queue = RunQueue::open(&db).await.unwrap();
+    let store = PostgresRunStore::open(&db).await.unwrap();
     let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
         .await
         .unwrap();
@@ -29,7 +29,10 @@ async fn a_database_restart_mid_run_loses_no_row_and_every_run_ends() {
     for i in 0..32 {
         let request =
             RunRequest::new(format!("customer {i}")).with_run_id(RunId::from(format!("f-{i:02}")));
-        queue.enqueue(&request).await.unwrap();
+        store
+            .create(NewRun::new("coordinator", &request), None)
+            .await
+            .unwrap();
     }
     let effects_url: Arc<str> = Arc::from(url.as_str());
     let worker = Worker::new(&db, move |run: &LeasedRun| {
@@ -43,28 +46,32 @@ async fn a_database_restart_mid_run_loses_no_row_and_every_run_ends() {
     let task = tokio::spawn(worker.run(cancel.clone()));
 
     // Restart the server once some runs are done and others are mid-call.
-    let count = |status: QueueStatus| {
-        let queue = queue.clone();
+    // Runs in the statuses `which` admits.
+    let count = |which: fn(RecordStatus) -> bool| {
+        let store = store.clone();
         async move {
             loop {
-                // The queue's own connections drop with the restart too.
-                if let Ok(counts) = queue.counts().await {
+                // The store's own connections drop with the restart too.
+                if let Ok(counts) = store.counts().await {
                     return counts
                         .iter()
-                        .find(|(s, _)| *s == status)
-                        .map_or(0, |(_, n)| *n);
+                        .filter(|(s, _)| which(*s))
+                        .map(|(_, n)| *n)
+                        .sum::<u64>();
                 }
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
         }
     };
-    while count(QueueStatus::Completed).await < 4 {
+    while count(|s| s == RecordStatus::Completed).await < 4 {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     cluster.restart().unwrap();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
     loop {
-        let ended = count(QueueStatus::Completed).await + count(QueueStatus::Failed).await;
+        // Ended in any way: completed, failed, or (statuses the queue
+        // counted as failed) cancelled, limit reached, terminated.
+        let ended = count(RecordStatus::has_ended).await;
         if ended == 32 {
             break;
         }
@@ -79,9 +86,10 @@ async fn a_database_restart_mid_run_loses_no_row_and_every_run_ends() {
 
     // Every run ended with an answer: a call the ledger could not record
     // during the restart was refused to the model with the reason, not run.
-    let runs = queue.list(100).await.unwrap();
+    let runs = store.list(&RunQuery::default().limit(100)).await.unwrap();
+    assert_eq!(runs.len(), 32);
     for run in &runs {
-        assert_eq!(run.status, QueueStatus::Completed, "{run:?}");
+        assert_eq!(run.status, RecordStatus::Completed, "{run:?}");
     }
     assert_eq!(report.completed, 32, "{report:?}");
     let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
@@ -109,9 +117,14 @@ async fn a_pool_with_no_free_connection_is_a_clear_error_and_loses_nothing() {
         .pool_size(1)
         .wait_timeout(Duration::from_millis(300));
     let db = PgDatabase::connect_with(options).await.unwrap();
-    let queue = RunQueue::open(&db).await.unwrap();
-    let run = queue.enqueue(&RunRequest::new("hold")).await.unwrap();
-    // Another session locks the run's row; an approval through the pool
+    let store = PostgresRunStore::open(&db).await.unwrap();
+    let run = store
+        .create(NewRun::new("holder", &RunRequest::new("hold")), None)
+        .await
+        .unwrap()
+        .record
+        .run_id;
+    // Another session locks the run's row; a decision through the pool
     // waits on the lock, holding the pool's one connection.
     let (mut locker, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
         .await
@@ -125,17 +138,20 @@ async fn a_pool_with_no_free_connection_is_a_clear_error_and_loses_nothing() {
     .await
     .unwrap();
     let held = {
-        let queue = queue.clone();
+        let store = store.clone();
         let run = run.clone();
-        tokio::spawn(async move { queue.approve(&run, &[]).await })
+        tokio::spawn(async move { store.decide(&run, "operator", &[]).await })
     };
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let refused = queue.get(&run).await;
+    let refused = store.get(&run).await;
     match &refused {
-        Err(QueueError::Database(PgError::PoolExhausted {
-            size, waited_ms, ..
-        })) => {
-            assert_eq!((*size, *waited_ms), (1, 300));
+        // The pool's refusal (PgError::PoolExhausted), in the run store's
+        // words: its size and how long the read waited are said.
+        Err(RunStoreError::Storage { detail, .. }) => {
+            assert!(
+                detail.contains("no connection free in the pool of 1 within 300 ms"),
+                "{detail}"
+            );
             let text = refused.as_ref().unwrap_err().to_string();
             assert!(
                 text.contains("no connection free in the pool of 1"),
@@ -144,22 +160,22 @@ async fn a_pool_with_no_free_connection_is_a_clear_error_and_loses_nothing() {
         }
         other => panic!("expected PoolExhausted, got {other:?}"),
     }
-    // The lock goes; the approval goes on (and is refused for what it is),
-    // and the queue answers again with the run as it was.
+    // The lock goes; the decision goes on (and is refused for what it is),
+    // and the store answers again with the run as it was.
     lock.rollback().await.unwrap();
     let approved = held.await.unwrap();
     assert!(
         matches!(
             approved,
-            Err(QueueError::NotAwaiting {
-                status: QueueStatus::Queued,
+            Err(RunStoreError::WrongStatus {
+                status: RecordStatus::Queued,
                 ..
             })
         ),
         "{approved:?}"
     );
     assert_eq!(
-        queue.get(&run).await.unwrap().unwrap().status,
-        QueueStatus::Queued
+        store.get(&run).await.unwrap().unwrap().status,
+        RecordStatus::Queued
     );
 }

@@ -7,8 +7,9 @@ use std::time::{Duration, Instant};
 use tinyagents::ledger::EffectLedger;
 use tinyagents::orchestrator::CHILD_RUN_SEPARATOR;
 use tinyagents::postgres::testing::TestCluster;
-use tinyagents::postgres::{PgDatabase, PostgresLedger, QueueStatus, RunQueue, WorkerReport};
+use tinyagents::postgres::{PgDatabase, PostgresLedger, PostgresRunStore, WorkerReport};
 use tinyagents::prelude::*;
+use tinyagents::runs::{NewRun, RecordStatus, RunQuery, RunStore as _};
 
 use super::agent::{EFFECTS_DDL, PAYMENTS_PER_RUN};
 use super::{DB_ENV, LEASE, NAME_ENV};
@@ -35,31 +36,34 @@ fn signal(child: &Child, name: &str) {
     assert!(status.success(), "kill -{name} {}", child.id());
 }
 
-async fn completed(queue: &RunQueue) -> u64 {
-    queue
+async fn completed(store: &PostgresRunStore) -> u64 {
+    store
         .counts()
         .await
         .unwrap()
         .iter()
-        .find(|(status, _)| *status == QueueStatus::Completed)
+        .find(|(status, _)| *status == RecordStatus::Completed)
         .map_or(0, |(_, n)| *n)
 }
 
-async fn wait_for_completed(queue: &RunQueue, at_least: u64, within: Duration) {
+async fn wait_for_completed(store: &PostgresRunStore, at_least: u64, within: Duration) {
     let deadline = Instant::now() + within;
-    while completed(queue).await < at_least {
-        let failed: Vec<_> = queue
-            .list(1_000)
-            .await
-            .unwrap()
-            .into_iter()
-            .filter(|r| r.status == QueueStatus::Failed)
-            .collect();
+    while completed(store).await < at_least {
+        // Ended otherwise than completed: failed, or (what the queue
+        // recorded as failed) cancelled or stopped at a limit.
+        let query = RunQuery {
+            statuses: RecordStatus::ALL
+                .into_iter()
+                .filter(|s| s.has_ended() && *s != RecordStatus::Completed)
+                .collect(),
+            ..RunQuery::default()
+        };
+        let failed = store.list(&query).await.unwrap();
         assert!(failed.is_empty(), "runs failed: {failed:?}");
         assert!(
             Instant::now() < deadline,
             "fewer than {at_least} runs completed within {within:?}: {:?}",
-            queue.counts().await.unwrap()
+            store.counts().await.unwrap()
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -87,7 +91,7 @@ async fn four_workers_survive_a_kill_and_a_zombie() {
     let cluster = TestCluster::start().unwrap();
     let url = cluster.database().await.unwrap();
     let db = PgDatabase::connect(&url).await.unwrap();
-    let queue = RunQueue::open(&db).await.unwrap();
+    let store = PostgresRunStore::open(&db).await.unwrap();
     let ledger = PostgresLedger::open(&db).await.unwrap();
     let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
         .await
@@ -97,36 +101,39 @@ async fn four_workers_survive_a_kill_and_a_zombie() {
     for i in 0..RUNS {
         let request = RunRequest::new(format!("customer {i}"))
             .with_run_id(RunId::from(format!("fleet-{i:03}")));
-        queue.enqueue(&request).await.unwrap();
+        store
+            .create(NewRun::new("coordinator", &request), None)
+            .await
+            .unwrap();
     }
 
     let mut workers: Vec<Child> = (0..4)
         .map(|i| spawn_worker(&url, &format!("w{i}")))
         .collect();
     // Kill w0 once the fleet is busy: its runs are mid-call.
-    wait_for_completed(&queue, 24, Duration::from_secs(120)).await;
+    wait_for_completed(&store, 24, Duration::from_secs(120)).await;
     let killed = workers.remove(0);
     signal(&killed, "KILL");
     drop(killed.wait_with_output());
     // Stop w1 past its lease and its transactions' timeout, then wake it.
-    wait_for_completed(&queue, 64, Duration::from_secs(120)).await;
+    wait_for_completed(&store, 64, Duration::from_secs(120)).await;
     let zombie = workers.remove(0);
     signal(&zombie, "STOP");
     tokio::time::sleep(LEASE * 4).await;
     signal(&zombie, "CONT");
 
-    wait_for_completed(&queue, RUNS as u64, Duration::from_secs(240)).await;
+    wait_for_completed(&store, RUNS as u64, Duration::from_secs(240)).await;
     let zombie_report = report_of(zombie);
     let reports: Vec<WorkerReport> = workers.into_iter().map(report_of).collect();
 
-    // Every run completed, once: the queue holds each as completed with
+    // Every run completed, once: the store holds each as completed with
     // the coordinator's answer, and no worker's end of it was counted
     // twice (the killed worker's completions are those not counted here).
-    let runs = queue.list(1_000).await.unwrap();
+    let runs = store.list(&RunQuery::default().limit(1_000)).await.unwrap();
     assert_eq!(runs.len(), RUNS);
     for run in &runs {
-        assert_eq!(run.status, QueueStatus::Completed, "{run:?}");
-        assert_eq!(run.outcome.as_ref().unwrap().final_text, "done", "{run:?}");
+        assert_eq!(run.status, RecordStatus::Completed, "{run:?}");
+        assert_eq!(run.final_text.as_deref(), Some("done"), "{run:?}");
     }
     let counted: u64 = reports
         .iter()
@@ -193,7 +200,7 @@ async fn four_workers_survive_a_kill_and_a_zombie() {
         .unwrap();
     let paid: HashMap<String, i64> = paid.iter().map(|r| (r.get(0), r.get(1))).collect();
     for run in &runs {
-        let id = run.id.as_str();
+        let id = run.run_id.as_str();
         let made = paid.get(id).copied().unwrap_or(0);
         let unknown = doubted.get(id).copied().unwrap_or(0);
         assert!(
@@ -201,8 +208,9 @@ async fn four_workers_survive_a_kill_and_a_zombie() {
             "run {id}: {made} payments made, {unknown} in doubt"
         );
         if unknown > 0 {
+            // Every claim raises the epoch: a recovered run has two at least.
             assert!(
-                run.attempts >= 2,
+                run.epoch >= 2,
                 "run {id} has calls in doubt but was never recovered"
             );
         }

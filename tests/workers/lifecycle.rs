@@ -12,10 +12,12 @@ use serde_json::json;
 use tinyagents::core::CancellationToken;
 use tinyagents::postgres::testing::TestCluster;
 use tinyagents::postgres::{
-    AgentFactory, FactoryError, LeasedRun, PgDatabase, QueueError, QueueStatus, RunQueue, Worker,
-    WorkerReport,
+    AgentFactory, FactoryError, LeasedRun, PgDatabase, PostgresRunStore, Worker, WorkerReport,
 };
 use tinyagents::prelude::*;
+use tinyagents::runs::{
+    Decision, NewRun, RecordStatus, RunEvent, RunQuery, RunStore as _, RunStoreError,
+};
 use tinyagents::{core::ChatRequest, core::ModelError, core::ToolReplay};
 
 /// Calls `refund` once, then answers; at turn `stall` (0: the first model
@@ -94,13 +96,23 @@ fn refunder_stalling(
     }
 }
 
-async fn setup() -> (TestCluster, PgDatabase, RunQueue) {
+async fn setup() -> (TestCluster, PgDatabase, PostgresRunStore) {
     let cluster = TestCluster::start().unwrap();
     let db = PgDatabase::connect(&cluster.database().await.unwrap())
         .await
         .unwrap();
-    let queue = RunQueue::open(&db).await.unwrap();
-    (cluster, db, queue)
+    let store = PostgresRunStore::open(&db).await.unwrap();
+    (cluster, db, store)
+}
+
+/// Queues `request` for a worker (the refunder's run); its id.
+async fn enqueue(store: &PostgresRunStore, request: &RunRequest) -> RunId {
+    store
+        .create(NewRun::new("refunder", request), None)
+        .await
+        .unwrap()
+        .record
+        .run_id
 }
 
 /// A worker named `id` over `factory`, looking for runs every 20 ms.
@@ -112,19 +124,19 @@ fn worker(db: &PgDatabase, id: &str, factory: impl AgentFactory) -> Worker {
 
 /// Runs `worker` until `run` is in `wanted`, then stops it.
 async fn until_status(
-    queue: &RunQueue,
+    store: &PostgresRunStore,
     worker: Worker,
     run: &RunId,
-    wanted: QueueStatus,
+    wanted: RecordStatus,
 ) -> WorkerReport {
-    run_until(queue, worker, || async {
-        status(queue, run).await == wanted
+    run_until(store, worker, || async {
+        status(store, run).await == wanted
     })
     .await
 }
 
 /// Runs `worker` until `done` says so (checked every 50 ms), then stops it.
-async fn run_until<F, Fut>(queue: &RunQueue, worker: Worker, done: F) -> WorkerReport
+async fn run_until<F, Fut>(store: &PostgresRunStore, worker: Worker, done: F) -> WorkerReport
 where
     F: Fn() -> Fut,
     Fut: std::future::Future<Output = bool>,
@@ -136,7 +148,7 @@ where
         assert!(
             tokio::time::Instant::now() < deadline,
             "the worker did not get there in 60 s: {:?}",
-            queue.list(10).await
+            store.list(&RunQuery::default().limit(10)).await
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -144,58 +156,76 @@ where
     task.await.unwrap().unwrap()
 }
 
-async fn status(queue: &RunQueue, run: &RunId) -> QueueStatus {
-    queue.get(run).await.unwrap().unwrap().status
+async fn status(store: &PostgresRunStore, run: &RunId) -> RecordStatus {
+    store.get(run).await.unwrap().unwrap().status
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_awaiting_approval_releases_its_lease_and_any_worker_resumes_it() {
-    let (_cluster, db, queue) = setup().await;
+    let (_cluster, db, store) = setup().await;
     let refunds = Arc::new(AtomicUsize::new(0));
-    let run = queue
-        .enqueue(&RunRequest::new("refund c-42"))
-        .await
-        .unwrap();
+    let run = enqueue(&store, &RunRequest::new("refund c-42")).await;
     let first = worker(
         &db,
         "first",
         refunder(Arc::clone(&refunds), Duration::ZERO, true),
     );
-    let report = until_status(&queue, first, &run, QueueStatus::AwaitingApproval).await;
+    let report = until_status(&store, first, &run, RecordStatus::AwaitingApproval).await;
     assert_eq!(
         (report.claimed, report.awaiting_approval),
         (1, 1),
         "{report:?}"
     );
-    let waiting = queue.get(&run).await.unwrap().unwrap();
+    let waiting = store.get(&run).await.unwrap().unwrap();
     assert_eq!(
-        waiting.owner, None,
+        (waiting.holder, waiting.lease_until),
+        (None, None),
         "a run awaiting approval holds no lease"
     );
-    assert_eq!(waiting.pending.len(), 1);
-    assert_eq!(waiting.pending[0].call.name, "refund");
+    let pending = store.approvals(&run).await.unwrap();
+    assert_eq!(pending.len(), 1);
+    assert_eq!(pending[0].tool, "refund");
+    assert_eq!(pending[0].decision, None);
     assert_eq!(
         refunds.load(Ordering::SeqCst),
         0,
         "nothing refunded before the decision"
     );
 
-    // Deciding nothing, or the wrong call, is refused; the right decision
-    // queues it again.
-    let refused = queue.approve(&run, &[]).await;
+    // Deciding nothing decides nothing: the call still waits and the run
+    // is not queued (decisions may be partial). Deciding the wrong call is
+    // refused, naming the call that waits; the right decision queues it
+    // again.
+    let nothing = store.decide(&run, "ops", &[]).await.unwrap();
+    assert!(nothing.decided.is_empty(), "{nothing:?}");
+    assert!(!nothing.is_complete(), "{nothing:?}");
+    assert_eq!(
+        nothing
+            .undecided
+            .iter()
+            .map(|c| &c.call_id)
+            .collect::<Vec<_>>(),
+        vec![&pending[0].call_id]
+    );
+    assert_eq!(status(&store, &run).await, RecordStatus::AwaitingApproval);
+    let refused = store
+        .decide(&run, "ops", &[Decision::approve("no-such-call")])
+        .await;
     assert!(
-        matches!(&refused, Err(QueueError::Decisions { problem, .. }) if problem.contains(waiting.pending[0].call.id.as_str())),
+        matches!(&refused, Err(RunStoreError::NotWaiting { waiting, .. }) if *waiting == [pending[0].call_id.clone()]),
         "{refused:?}"
     );
-    let decisions = vec![waiting.pending[0].approve()];
-    queue.approve(&run, &decisions).await.unwrap();
-    assert_eq!(status(&queue, &run).await, QueueStatus::Queued);
-    let again = queue.approve(&run, &decisions).await;
+    assert_eq!(status(&store, &run).await, RecordStatus::AwaitingApproval);
+    let decisions = vec![Decision::approve(pending[0].call_id.clone())];
+    let decided = store.decide(&run, "ops", &decisions).await.unwrap();
+    assert!(decided.is_complete(), "{decided:?}");
+    assert_eq!(status(&store, &run).await, RecordStatus::Queued);
+    let again = store.decide(&run, "ops", &decisions).await;
     assert!(
         matches!(
             again,
-            Err(QueueError::NotAwaiting {
-                status: QueueStatus::Queued,
+            Err(RunStoreError::WrongStatus {
+                status: RecordStatus::Queued,
                 ..
             })
         ),
@@ -208,15 +238,16 @@ async fn a_run_awaiting_approval_releases_its_lease_and_any_worker_resumes_it() 
         "second",
         refunder(Arc::clone(&refunds), Duration::ZERO, true),
     );
-    let report = until_status(&queue, second, &run, QueueStatus::Completed).await;
+    let report = until_status(&store, second, &run, RecordStatus::Completed).await;
     assert_eq!(
         (report.claimed, report.recovered, report.completed),
         (1, 1, 1),
         "{report:?}"
     );
-    let done = queue.get(&run).await.unwrap().unwrap();
-    assert_eq!(done.outcome.unwrap().final_text, "refunded");
-    assert_eq!((done.epoch, done.attempts), (2, 2));
+    let done = store.get(&run).await.unwrap().unwrap();
+    assert_eq!(done.final_text.as_deref(), Some("refunded"));
+    // Two claims: the first worker's and the resume (each raises the epoch).
+    assert_eq!(done.epoch, 2);
     assert_eq!(
         refunds.load(Ordering::SeqCst),
         1,
@@ -226,25 +257,36 @@ async fn a_run_awaiting_approval_releases_its_lease_and_any_worker_resumes_it() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resume_cut_short_after_the_approved_call_is_recovered_and_the_call_runs_once() {
-    let (_cluster, db, queue) = setup().await;
+    let (_cluster, db, store) = setup().await;
     let refunds = Arc::new(AtomicUsize::new(0));
-    let run = queue
-        .enqueue(&RunRequest::new("refund c-11"))
-        .await
-        .unwrap();
+    let run = enqueue(&store, &RunRequest::new("refund c-11")).await;
     let first = worker(
         &db,
         "asks",
         refunder(Arc::clone(&refunds), Duration::ZERO, true),
     );
-    until_status(&queue, first, &run, QueueStatus::AwaitingApproval).await;
-    let waiting = queue.get(&run).await.unwrap().unwrap();
-    let decisions: Vec<_> = waiting.pending.iter().map(|p| p.approve()).collect();
-    queue.approve(&run, &decisions).await.unwrap();
+    until_status(&store, first, &run, RecordStatus::AwaitingApproval).await;
+    let decisions: Vec<_> = store
+        .waiting(100)
+        .await
+        .unwrap()
+        .iter()
+        .filter(|w| w.run_id == run)
+        .map(|w| Decision::approve(w.call_id.clone()))
+        .collect();
+    assert_eq!(decisions.len(), 1);
+    assert!(
+        store
+            .decide(&run, "ops", &decisions)
+            .await
+            .unwrap()
+            .is_complete()
+    );
     // The resuming worker runs the approved refund, then stalls in the
     // model and dies (its future dropped, as a killed process leaves it:
-    // nothing recorded, the lease left to expire), its decisions still on
-    // the run, which is past its waiting call.
+    // nothing recorded, the lease left to expire). Its claim took the
+    // state to resume off the run; the decisions stay with the run's last
+    // suspension, which the run is past.
     let stalls = Worker::new(
         &db,
         refunder_stalling(Arc::clone(&refunds), Duration::ZERO, true, Some(1)),
@@ -263,36 +305,49 @@ async fn a_resume_cut_short_after_the_approved_call_is_recovered_and_the_call_ru
     }
     dies.abort();
     assert!(dies.await.unwrap_err().is_cancelled());
-    let held = queue.get(&run).await.unwrap().unwrap();
+    let held = store.get(&run).await.unwrap().unwrap();
     assert_eq!(
-        (held.status, held.owner.as_deref()),
-        (QueueStatus::Running, Some("stalls"))
+        (held.status, held.holder.map(|h| h.owner).as_deref()),
+        (RecordStatus::Running, Some("stalls"))
     );
-    // The next worker does not resume the state again (it would be
-    // refused: a state resumes once) but recovers the run: the refund is
-    // answered from its row, not run again.
+    assert_eq!(held.suspended, None, "the resume's claim took the state");
+    // The next worker does not resume the state again (a state resumes
+    // once) but recovers the run with the last suspension's decisions: the
+    // refund is answered from its row, not run again.
     let next = worker(
         &db,
         "next",
         refunder(Arc::clone(&refunds), Duration::ZERO, true),
     );
-    let report = until_status(&queue, next, &run, QueueStatus::Completed).await;
+    let report = until_status(&store, next, &run, RecordStatus::Completed).await;
     assert_eq!((report.recovered, report.completed), (1, 1), "{report:?}");
     assert_eq!(
         refunds.load(Ordering::SeqCst),
         1,
         "the approved refund ran once"
     );
-    let done = queue.get(&run).await.unwrap().unwrap();
-    assert_eq!(done.outcome.unwrap().final_text, "refunded");
-    assert_eq!(done.attempts, 3);
+    let done = store.get(&run).await.unwrap().unwrap();
+    assert_eq!(done.final_text.as_deref(), Some("refunded"));
+    // Three claims: the asking worker's, the resume, the recovery.
+    assert_eq!(done.epoch, 3);
+    let segments: Vec<String> = store
+        .history(&run)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter_map(|entry| match entry.event {
+            RunEvent::Claimed { segment, .. } => Some(segment),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(segments, ["start", "resume", "recover"]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stopping_worker_gives_its_runs_back_and_the_next_recovers_them_without_repeating() {
-    let (_cluster, db, queue) = setup().await;
+    let (_cluster, db, store) = setup().await;
     let refunds = Arc::new(AtomicUsize::new(0));
-    let run = queue.enqueue(&RunRequest::new("refund c-7")).await.unwrap();
+    let run = enqueue(&store, &RunRequest::new("refund c-7")).await;
     // The first worker stops while the refund is inside the tool.
     let slow = Worker::new(
         &db,
@@ -304,14 +359,14 @@ async fn a_stopping_worker_gives_its_runs_back_and_the_next_recovers_them_withou
     let ledger = tinyagents::postgres::PostgresLedger::open(&db)
         .await
         .unwrap();
-    let report = run_until(&queue, slow, || async {
+    let report = run_until(&store, slow, || async {
         use tinyagents::ledger::EffectLedger;
         !ledger.unresolved(&run).await.unwrap().is_empty()
     })
     .await;
     assert_eq!((report.claimed, report.released), (1, 1), "{report:?}");
-    let back = queue.get(&run).await.unwrap().unwrap();
-    assert_eq!((back.status, back.owner), (QueueStatus::Queued, None));
+    let back = store.get(&run).await.unwrap().unwrap();
+    assert_eq!((back.status, back.holder), (RecordStatus::Queued, None));
 
     // The next worker recovers it: the refund, which must not repeat and
     // whose outcome is unknown, is not run again, and is listed in doubt.
@@ -320,7 +375,7 @@ async fn a_stopping_worker_gives_its_runs_back_and_the_next_recovers_them_withou
         "next",
         refunder(Arc::clone(&refunds), Duration::ZERO, false),
     );
-    let report = until_status(&queue, next, &run, QueueStatus::Completed).await;
+    let report = until_status(&store, next, &run, RecordStatus::Completed).await;
     assert_eq!((report.recovered, report.completed), (1, 1), "{report:?}");
     assert_eq!(
         refunds.load(Ordering::SeqCst),
@@ -342,9 +397,9 @@ async fn a_stopping_worker_gives_its_runs_back_and_the_next_recovers_them_withou
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_whose_run_was_claimed_away_records_nothing_more() {
-    let (_cluster, db, queue) = setup().await;
+    let (_cluster, db, store) = setup().await;
     let refunds = Arc::new(AtomicUsize::new(0));
-    let run = queue.enqueue(&RunRequest::new("refund c-9")).await.unwrap();
+    let run = enqueue(&store, &RunRequest::new("refund c-9")).await;
     let ledger = tinyagents::postgres::PostgresLedger::open(&db)
         .await
         .unwrap();
@@ -366,7 +421,7 @@ async fn a_worker_whose_run_was_claimed_away_records_nothing_more() {
     let bumped = bump_epoch(&db, &run).await;
     assert_eq!(bumped, 2);
     // The refund ends; its settled row is refused (fenced), the run stops,
-    // and its end is not recorded: the queue still names the new claim.
+    // and its end is not recorded: the store still names the new claim.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     while refunds.load(Ordering::SeqCst) == 0 {
         assert!(tokio::time::Instant::now() < deadline);
@@ -388,8 +443,8 @@ async fn a_worker_whose_run_was_claimed_away_records_nothing_more() {
         tinyagents::ledger::CallStatus::Started,
         "the zombie's settle was refused"
     );
-    let held = queue.get(&run).await.unwrap().unwrap();
-    assert_eq!((held.status, held.epoch), (QueueStatus::Running, 2));
+    let held = store.get(&run).await.unwrap().unwrap();
+    assert_eq!((held.status, held.epoch), (RecordStatus::Running, 2));
     ledger.shutdown().await.unwrap();
 }
 
@@ -414,13 +469,14 @@ async fn bump_epoch(db: &PgDatabase, run: &RunId) -> i64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_panicking_agent_factory_fails_its_run_and_the_worker_goes_on() {
-    let (_cluster, db, queue) = setup().await;
+    let (_cluster, db, store) = setup().await;
     let refunds = Arc::new(AtomicUsize::new(0));
-    let doomed = queue
-        .enqueue(&RunRequest::new("doomed").with_run_id(RunId::from("doomed")))
-        .await
-        .unwrap();
-    let fine = queue.enqueue(&RunRequest::new("refund c-3")).await.unwrap();
+    let doomed = enqueue(
+        &store,
+        &RunRequest::new("doomed").with_run_id(RunId::from("doomed")),
+    )
+    .await;
+    let fine = enqueue(&store, &RunRequest::new("refund c-3")).await;
     let refunder = refunder(Arc::clone(&refunds), Duration::ZERO, false);
     let worker = Worker::new(&db, move |run: &LeasedRun| {
         assert!(
@@ -431,27 +487,27 @@ async fn a_panicking_agent_factory_fails_its_run_and_the_worker_goes_on() {
     })
     .id("survives")
     .poll_interval(Duration::from_millis(20));
-    let report = run_until(&queue, worker, || async {
-        status(&queue, &doomed).await == QueueStatus::Failed
-            && status(&queue, &fine).await == QueueStatus::Completed
+    let report = run_until(&store, worker, || async {
+        status(&store, &doomed).await == RecordStatus::Failed
+            && status(&store, &fine).await == RecordStatus::Completed
     })
     .await;
     assert_eq!((report.failed, report.completed), (1, 1), "{report:?}");
-    let failed = queue.get(&doomed).await.unwrap().unwrap();
+    let failed = store.get(&doomed).await.unwrap().unwrap();
     let error = failed.error.unwrap();
     assert!(
         error.contains("the agent factory panicked") && error.contains("cannot build this one"),
         "{error}"
     );
-    assert_eq!(failed.owner, None, "its lease is not held");
+    assert_eq!(failed.holder, None, "its lease is not held");
     assert_eq!(refunds.load(Ordering::SeqCst), 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_dead_in_the_first_model_call_leaves_a_claim_the_next_starts_afresh() {
-    let (_cluster, db, queue) = setup().await;
+    let (_cluster, db, store) = setup().await;
     let refunds = Arc::new(AtomicUsize::new(0));
-    let run = queue.enqueue(&RunRequest::new("refund c-5")).await.unwrap();
+    let run = enqueue(&store, &RunRequest::new("refund c-5")).await;
     // The first worker claims the run in the ledger and dies in the first
     // model call: a claim, no checkpoint, no call.
     let dies = Worker::new(
@@ -486,7 +542,7 @@ async fn a_worker_dead_in_the_first_model_call_leaves_a_claim_the_next_starts_af
         "next",
         refunder(Arc::clone(&refunds), Duration::ZERO, false),
     );
-    let report = until_status(&queue, next, &run, QueueStatus::Completed).await;
+    let report = until_status(&store, next, &run, RecordStatus::Completed).await;
     assert_eq!((report.recovered, report.completed), (1, 1), "{report:?}");
     assert_eq!(refunds.load(Ordering::SeqCst), 1);
     assert_eq!(ledger.run_state(&run).await.unwrap(), RunState::Finished);

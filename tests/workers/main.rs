@@ -15,8 +15,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tinyagents::core::CancellationToken;
-use tinyagents::postgres::{PgDatabase, PgOptions, QueueStatus, RunQueue, Worker};
+use tinyagents::postgres::{PgDatabase, PgOptions, PostgresRunStore, Worker};
 use tinyagents::prelude::*;
+use tinyagents::runs::{RecordStatus, RunStore as _};
 
 /// The environment a worker process reads: the database, and its name.
 pub(crate) const DB_ENV: &str = "TINYAGENTS_FLEET_DB";
@@ -41,7 +42,7 @@ async fn worker_process() {
     let db = PgDatabase::connect_with(options)
         .await
         .expect("the database");
-    let queue = RunQueue::open(&db).await.expect("the queue");
+    let store = PostgresRunStore::open(&db).await.expect("the run store");
     let url: Arc<str> = Arc::from(url.as_str());
     let worker = Worker::new(&db, move |run: &tinyagents::postgres::LeasedRun| {
         agent::harness(&url, run)
@@ -58,9 +59,9 @@ async fn worker_process() {
             let mut quiet = 0;
             while quiet < 10 {
                 tokio::time::sleep(Duration::from_millis(100)).await;
-                let busy = match queue.counts().await {
+                let busy = match store.counts().await {
                     Ok(counts) => counts.iter().any(|(status, n)| {
-                        *n > 0 && matches!(status, QueueStatus::Queued | QueueStatus::Running)
+                        *n > 0 && matches!(status, RecordStatus::Queued | RecordStatus::Running)
                     }),
                     Err(_) => true,
                 };

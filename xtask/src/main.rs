@@ -64,7 +64,11 @@ commands:
                  killed again), and checked: no never-replayed effect twice,
                  every effect settled, reconciled or listed in doubt; prints
                  the share of \"outcome unknown\" answers whose payment had
-                 happened, without and with reconciliation. In release
+                 happened, without and with reconciliation. In release.
+                 Then the run store's campaigns on the approval path
+                 (issue 29): N trials through the command line (approve,
+                 resume, recover killed at random) and N/10 through
+                 `tinyagents worker` processes (PostgreSQL)
   sim [--release] [--seeds N | --seed S | --for DURATION] [--from S]
       [--mutation NAME] [--verbose]
                  the deterministic simulator (crates/tinyagents-sim): seeded
@@ -612,18 +616,48 @@ fn crash(args: &[String]) -> ExitCode {
         "crash_campaign_never_repeats_an_effect_and_keeps_every_doubt_in_view",
         "--nocapture",
     ])
-    .env("TINYAGENTS_CAMPAIGN_TRIALS", trials);
-    if let Some(seed) = seed {
-        cmd = cmd.env("TINYAGENTS_CAMPAIGN_SEED", seed);
+    .env("TINYAGENTS_CAMPAIGN_TRIALS", trials.clone());
+    if let Some(seed) = &seed {
+        cmd = cmd.env("TINYAGENTS_CAMPAIGN_SEED", seed.clone());
     }
     println!("$ {cmd}");
-    match cmd.run() {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(why) => {
+    if let Err(why) = cmd.run() {
+        println!("xtask crash: {why}");
+        return ExitCode::FAILURE;
+    }
+    // The approval path, through the command line and through workers
+    // (issue 29): the run store's campaigns, with as many trials (a tenth
+    // of them through workers, whose lease makes each trial longer).
+    let worker_trials = (trials.parse::<u64>().unwrap_or(200) / 10)
+        .max(1)
+        .to_string();
+    for test in [
+        "crash::randomized_kills_on_the_approval_path_strand_no_run_and_repeat_nothing",
+        "postgres::randomized_worker_kills_on_the_approval_path_strand_no_run_and_repeat_nothing",
+    ] {
+        let mut cmd = cargo([
+            "test",
+            "-p",
+            "tinyagents-cli",
+            "--test",
+            "cli",
+            "--",
+            "--exact",
+            test,
+            "--nocapture",
+        ])
+        .env("TINYAGENTS_CRASH_TRIALS", trials.clone())
+        .env("TINYAGENTS_WORKER_CRASH_TRIALS", worker_trials.clone());
+        if let Some(seed) = &seed {
+            cmd = cmd.env("TINYAGENTS_CRASH_SEED", seed.clone());
+        }
+        println!("$ {cmd}");
+        if let Err(why) = cmd.run() {
             println!("xtask crash: {why}");
-            ExitCode::FAILURE
+            return ExitCode::FAILURE;
         }
     }
+    ExitCode::SUCCESS
 }
 
 /// Whether any workspace member has a `[[bench]]` target.

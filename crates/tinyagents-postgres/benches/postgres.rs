@@ -5,8 +5,9 @@
 //! and a lone `INSERT` in autocommit beside it.
 //!
 //! A tool call is `record_started` (durable) + `record_settled` on a ledger
-//! fenced with the run's epoch, as a worker writes. Claims are measured
-//! against 10,000 queued runs.
+//! fenced with the run's epoch, as a worker writes. Claims (the run
+//! store's `claim_next`, as a worker claims) are measured against 10,000
+//! queued runs.
 //!
 //! `cargo bench -p tinyagents-postgres`. Prints plain lines.
 
@@ -28,7 +29,8 @@ use tinyagents_core::{CallId, RunId, ToolReplay, ToolResult};
 use tinyagents_harness::RunRequest;
 use tinyagents_ledger::{EffectLedger, Outcome, StartedRow, args_hash};
 use tinyagents_postgres::testing::TestCluster;
-use tinyagents_postgres::{PgDatabase, PgOptions, PostgresLedger, RunQueue};
+use tinyagents_postgres::{PgDatabase, PgOptions, PostgresLedger, PostgresRunStore};
+use tinyagents_runs::{ClaimFilter, Hold, NewRun, RunStore as _};
 
 const REPS: usize = 5;
 const RUNS: usize = 64;
@@ -63,7 +65,7 @@ async fn bench() {
     let db = PgDatabase::connect_with(PgOptions::new(url.clone()).pool_size(16))
         .await
         .unwrap();
-    let queue = RunQueue::open(&db).await.unwrap();
+    let store = PostgresRunStore::open(&db).await.unwrap();
     let raw = raw_commit(&url, 1_000, true).await;
     let autocommit = raw_commit(&url, 1_000, false).await;
     println!(
@@ -83,8 +85,7 @@ async fn bench() {
         let elapsed = drive(
             &ledger,
             false,
-            &queue,
-            &url,
+            &store,
             &format!("open{rep}"),
             1,
             SEQUENTIAL_CALLS,
@@ -95,8 +96,7 @@ async fn bench() {
         let elapsed = drive(
             &ledger,
             true,
-            &queue,
-            &url,
+            &store,
             &format!("seq{rep}"),
             1,
             SEQUENTIAL_CALLS,
@@ -108,8 +108,7 @@ async fn bench() {
         let elapsed = drive(
             &ledger,
             true,
-            &queue,
-            &url,
+            &store,
             &format!("par{rep}"),
             RUNS,
             CALLS_PER_RUN,
@@ -174,36 +173,27 @@ async fn bench() {
 }
 
 /// `runs` runs, each calling `calls` tools one after the other, on a ledger
-/// fenced with the run's epoch (the runs are queued and given epoch 1).
+/// fenced with the run's epoch (the runs are recorded held at once: running,
+/// epoch 1).
 async fn drive(
     ledger: &Arc<PostgresLedger>,
     fence: bool,
-    queue: &RunQueue,
-    url: &str,
+    store: &PostgresRunStore,
     prefix: &str,
     runs: usize,
     calls: usize,
 ) -> Duration {
-    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
-        .await
-        .unwrap();
-    tokio::spawn(connection);
+    let hold = Hold::this_process(Some("bench"), Duration::from_secs(3_600));
     let mut fenced = Vec::with_capacity(runs);
     for r in 0..runs {
         let run = RunId::from(format!("{prefix}-{r}"));
-        queue
-            .enqueue(&RunRequest::new("bench").with_run_id(run.clone()))
-            .await
-            .unwrap();
-        client
-            .execute(
-                "UPDATE tinyagents_runs SET status = 'running', epoch = 1 WHERE id = $1",
-                &[&run.as_str()],
-            )
+        let request = RunRequest::new("bench").with_run_id(run.clone());
+        let claim = store
+            .create(NewRun::new("bench", &request), Some(&hold))
             .await
             .unwrap();
         let handle: Arc<dyn EffectLedger> = if fence {
-            Arc::new(ledger.fenced(run.clone(), 1))
+            Arc::new(ledger.fenced(run.clone(), claim.epoch))
         } else {
             Arc::clone(ledger) as Arc<dyn EffectLedger>
         };
@@ -273,33 +263,49 @@ async fn raw_commit(url: &str, n: usize, transaction: bool) -> Duration {
     median(&times)
 }
 
-/// Claims one run at a time from a queue of `QUEUED` runs; the median.
+/// Claims one run at a time from `QUEUED` queued runs, as a worker does
+/// (`claim_next`); the median.
 async fn claim_latency(cluster: &TestCluster) -> Duration {
     let url = cluster.database().await.unwrap();
-    let db = PgDatabase::connect(&url).await.unwrap();
-    let queue = RunQueue::open(&db).await.unwrap();
+    let db = PgDatabase::connect_with(PgOptions::new(url.clone()).pool_size(16))
+        .await
+        .unwrap();
+    let store = PostgresRunStore::open(&db).await.unwrap();
+    // Queued through the store (each record is sealed with the store's
+    // key, so rows written around it would be refused as tampered), by
+    // 16 writers at once.
+    let total = QUEUED + CLAIMS;
+    let writers = 16;
+    let mut tasks = Vec::with_capacity(writers);
+    for w in 0..writers {
+        let store = store.clone();
+        tasks.push(tokio::spawn(async move {
+            for i in (w..total).step_by(writers) {
+                let request = RunRequest::new("bench").with_run_id(RunId::from(format!("q{i:06}")));
+                store
+                    .create(NewRun::new("bench", &request), None)
+                    .await
+                    .unwrap();
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
     let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
         .await
         .unwrap();
     tokio::spawn(connection);
     client
-        .execute(
-            "INSERT INTO tinyagents_runs (id, status, request) \
-             SELECT 'q' || lpad(i::text, 6, '0'), 'queued', '{\"input\": \"bench\"}'::jsonb \
-             FROM generate_series(1, $1::int) AS i",
-            &[&i32::try_from(QUEUED + CLAIMS).unwrap()],
-        )
-        .await
-        .unwrap();
-    client
         .batch_execute("ANALYZE tinyagents_runs")
         .await
         .unwrap();
-    let lease = Duration::from_secs(60);
+    let hold = Hold::this_process(Some("bench"), Duration::from_secs(60));
+    let filter = ClaimFilter::default();
     let mut times = Vec::with_capacity(CLAIMS);
     for _ in 0..CLAIMS {
         let start = Instant::now();
-        let claimed = queue.claim("bench", 1, lease).await.unwrap();
+        let claimed = store.claim_next(&hold, 1, &filter).await.unwrap();
         times.push(start.elapsed());
         assert_eq!(claimed.len(), 1);
     }

@@ -12,9 +12,10 @@ use std::time::Duration;
 
 use serde_json::json;
 use tinyagents::core::CancellationToken;
+use tinyagents::orchestrator::SessionStore;
 use tinyagents::postgres::{
     BuiltAgent, FactoryError, LeasedRun, PgDatabase, PostgresRunStore, PostgresRunStoreOptions,
-    Worker,
+    PostgresSessionStore, Worker,
 };
 use tinyagents::runs::{ClaimFilter, RecordStatus, RunStore as _};
 
@@ -24,7 +25,7 @@ use crate::cli::{Cli, Command};
 use crate::exit;
 use crate::file;
 use crate::signal::Interrupt;
-use crate::store::{Place, Stores};
+use crate::store::Place;
 use crate::view::out;
 
 /// `tinyagents worker FILE [--concurrency N] [--lease-secs S] [--name NAME] [--exit-when-idle S]`.
@@ -47,7 +48,6 @@ pub(crate) async fn worker(cli: &Cli) -> anyhow::Result<u8> {
              TINYAGENTS_DATABASE_URL, or give the agents file `[store] url`",
         ));
     };
-    let stores = Stores::open(place.clone(), true).await?;
     let db = PgDatabase::connect(url).await?;
     let store = PostgresRunStore::open_with(
         &db,
@@ -56,8 +56,10 @@ pub(crate) async fn worker(cli: &Cli) -> anyhow::Result<u8> {
         },
     )
     .await?;
-    let toolbox = Arc::new(Toolbox::connect(&loaded, &stores.logs).await?);
-    let sessions = Arc::clone(&stores.sessions);
+    let sessions: Arc<dyn SessionStore> = Arc::new(PostgresSessionStore::open(&db).await?);
+    let logs = std::path::PathBuf::from(crate::store::DEFAULT_STORE_DIR);
+    std::fs::create_dir_all(&logs)?;
+    let toolbox = Arc::new(Toolbox::connect(&loaded, &logs).await?);
     let factory = {
         let (loaded, toolbox) = (Arc::clone(&loaded), Arc::clone(&toolbox));
         move |run: &LeasedRun| -> Result<BuiltAgent, FactoryError> {
@@ -102,7 +104,6 @@ pub(crate) async fn worker(cli: &Cli) -> anyhow::Result<u8> {
             eprintln!("warning: the MCP servers are still in use; they stop with the process")
         }
     }
-    stores.close().await?;
     let report = report?;
     if cli.json {
         out(&json!({"type": "worker", "report": report}).to_string());

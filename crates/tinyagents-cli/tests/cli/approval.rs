@@ -267,3 +267,65 @@ fn an_edited_or_unreadable_stored_state_runs_nothing() {
         stderr(&resumed)
     );
 }
+
+/// Issue 29: a resume in a new process draws one tree of the whole run:
+/// the calls of its first segment (read from the ledger, the delegated
+/// agent's under its call) and what the resume ran.
+#[test]
+fn a_resume_in_a_new_process_draws_the_whole_run() {
+    let scratch = Scratch::new();
+    let run = suspended(&scratch);
+    assert_eq!(code(&scratch.run(&["approve", &run])), 0);
+    let resumed = scratch.run(&["resume", &run, "--output", "tree"]);
+    assert_eq!(code(&resumed), 0, "{}", stderr(&resumed));
+    let text = stdout(&resumed);
+    assert_eq!(
+        text.matches("agent coordinator · run").count(),
+        1,
+        "one tree: {text}"
+    );
+    for expected in [
+        "✓ p1 everything_echo",
+        "✓ p2 specialist",
+        "✓ p1 everything_get-sum",
+        "✓ p3 everything_trigger-long-running-operation",
+    ] {
+        assert!(text.contains(expected), "{expected:?} not in:\n{text}");
+    }
+    assert!(
+        crate::support::indent_of(&text, "p1 everything_get-sum")
+            > crate::support::indent_of(&text, "p2 specialist"),
+        "the delegated call sits under its call:\n{text}"
+    );
+}
+
+/// Issue 29: `show --follow` prints a run's tree as it changes and stops
+/// once the run waits for a person.
+#[test]
+fn show_follow_prints_the_tree_until_the_run_waits() {
+    let scratch = Scratch::new();
+    let file = team_file();
+    let mut running = crate::support::Running::start(
+        &scratch,
+        &[
+            "--json",
+            "run",
+            file.to_str().unwrap(),
+            "Prepare the release",
+        ],
+    );
+    let first = running.wait_for(|e| e["type"] == "run_started");
+    let run = first["run_id"].as_str().unwrap().to_owned();
+    let followed = scratch.run(&["show", &run, "--follow"]);
+    assert_eq!(code(&followed), 0, "{}", stderr(&followed));
+    let text = stdout(&followed);
+    let last = text.rsplit("\n\n").next().unwrap_or_default();
+    assert!(last.contains("awaiting_approval"), "{text}");
+    assert!(last.contains("✓ p1 everything_echo · completed"), "{last}");
+    assert!(
+        last.contains("⏸ p3 everything_trigger-long-running-operation waits (undecided)"),
+        "{last}"
+    );
+    let (code, _) = running.finish();
+    assert_eq!(code, 3);
+}
