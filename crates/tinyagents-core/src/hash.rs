@@ -62,13 +62,7 @@ fn write_canonical(value: &Value, out: &mut Vec<u8>) {
 pub fn args_hash(args: &Value) -> String {
     let mut text = Vec::new();
     write_canonical(args, &mut text);
-    let digest = Sha256::digest(&text);
-    let mut hex = String::with_capacity(64);
-    for byte in digest {
-        hex.push(char::from(b"0123456789abcdef"[usize::from(byte >> 4)]));
-        hex.push(char::from(b"0123456789abcdef"[usize::from(byte & 0xf)]));
-    }
-    hex
+    crate::hex::encode(&Sha256::digest(&text))
 }
 
 #[cfg(test)]

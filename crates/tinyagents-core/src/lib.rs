@@ -17,6 +17,7 @@ mod error;
 mod event;
 mod extensions;
 mod hash;
+pub mod hex;
 mod ids;
 mod key;
 mod limits;

@@ -5,7 +5,7 @@
 use hmac::{Hmac, Mac};
 use serde::{Deserialize, Serialize};
 use sha2::Sha256;
-use tinyagents_core::TinyAgentsError;
+use tinyagents_core::{TinyAgentsError, hex};
 
 use crate::run::SuspendedRun;
 
@@ -65,7 +65,7 @@ impl SuspendedRun {
         Ok(SealedRun {
             format: SEALED_RUN_FORMAT,
             payload,
-            mac: to_hex(&mac.finalize().into_bytes()),
+            mac: hex::encode(&mac.finalize().into_bytes()),
         })
     }
 }
@@ -77,7 +77,7 @@ impl SealedRun {
     pub fn open(&self, key: &[u8]) -> Result<SuspendedRun, TinyAgentsError> {
         let mut mac = keyed(key)?;
         feed(&mut mac, self.format, &self.payload);
-        let tag = from_hex(&self.mac).ok_or_else(altered)?;
+        let tag = hex::decode(&self.mac).ok_or_else(altered)?;
         mac.verify_slice(&tag).map_err(|_| altered())?;
         if self.format != SEALED_RUN_FORMAT {
             return Err(TinyAgentsError::State(format!(
@@ -122,49 +122,4 @@ fn altered() -> TinyAgentsError {
          and nothing of it was read"
             .to_owned(),
     )
-}
-
-fn to_hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut text = String::with_capacity(bytes.len() * 2);
-    for byte in bytes {
-        text.push(char::from(DIGITS[usize::from(byte >> 4)]));
-        text.push(char::from(DIGITS[usize::from(byte & 0x0f)]));
-    }
-    text
-}
-
-/// Lowercase hex to bytes; `None` for an odd length or a character that is
-/// not a lowercase hex digit, so each tag has exactly one spelling and any
-/// edited byte of it is refused.
-fn from_hex(text: &str) -> Option<Vec<u8>> {
-    let digits = text.as_bytes();
-    if !digits.len().is_multiple_of(2) {
-        return None;
-    }
-    let digit = |c: u8| match c {
-        b'0'..=b'9' => Some(c - b'0'),
-        b'a'..=b'f' => Some(c - b'a' + 10),
-        _ => None,
-    };
-    digits
-        .chunks_exact(2)
-        .map(|pair| Some((digit(pair[0])? << 4) | digit(pair[1])?))
-        .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn hex_round_trips_and_refuses_all_but_lowercase_hex() {
-        let bytes: Vec<u8> = (0..=255).collect();
-        assert_eq!(from_hex(&to_hex(&bytes)), Some(bytes));
-        assert_eq!(from_hex("0a"), Some(vec![10]));
-        assert_eq!(from_hex("0A"), None, "one spelling per tag");
-        assert_eq!(from_hex("abc"), None);
-        assert_eq!(from_hex("zz"), None);
-        assert_eq!(from_hex(""), Some(Vec::new()));
-    }
 }

@@ -114,13 +114,7 @@ impl AgentsFile {
 
 /// SHA-256 of `bytes`, lowercase hex.
 pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
-    let digest = Sha256::digest(bytes);
-    let mut hex = String::with_capacity(64);
-    for byte in digest {
-        hex.push(char::from(b"0123456789abcdef"[usize::from(byte >> 4)]));
-        hex.push(char::from(b"0123456789abcdef"[usize::from(byte & 0xf)]));
-    }
-    hex
+    tinyagents_core::hex::encode(&Sha256::digest(bytes))
 }
 
 /// The part of a [`RunRequest`] a store keeps: what another process needs

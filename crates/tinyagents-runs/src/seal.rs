@@ -14,6 +14,7 @@ use std::path::Path;
 
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
+use tinyagents_core::hex;
 use tinyagents_harness::{SEAL_KEY_MIN_BYTES, SealedRun, SuspendedRun};
 
 use crate::error::{RunStoreError, RunStoreResult};
@@ -88,13 +89,13 @@ impl SealKey {
     pub fn seal(&self, parts: &[&[u8]]) -> String {
         // An empty seal never verifies: fail closed.
         self.mac(parts)
-            .map(|mac| to_hex(&mac.finalize().into_bytes()))
+            .map(|mac| hex::encode(&mac.finalize().into_bytes()))
             .unwrap_or_default()
     }
 
     /// Whether `tag` is the seal of `parts` (checked in constant time).
     pub fn verify(&self, parts: &[&[u8]], tag: &str) -> bool {
-        match (self.mac(parts), from_hex(tag)) {
+        match (self.mac(parts), hex::decode(tag)) {
             (Some(mac), Some(tag)) => mac.verify_slice(&tag).is_ok(),
             _ => false,
         }
@@ -166,31 +167,6 @@ fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 #[cfg(not(unix))]
 fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     std::fs::write(path, bytes)
-}
-
-fn to_hex(bytes: &[u8]) -> String {
-    let mut text = String::with_capacity(bytes.len() * 2);
-    for byte in bytes {
-        text.push(char::from(b"0123456789abcdef"[usize::from(byte >> 4)]));
-        text.push(char::from(b"0123456789abcdef"[usize::from(byte & 0x0f)]));
-    }
-    text
-}
-
-fn from_hex(text: &str) -> Option<Vec<u8>> {
-    let digits = text.as_bytes();
-    if !digits.len().is_multiple_of(2) {
-        return None;
-    }
-    let digit = |c: u8| match c {
-        b'0'..=b'9' => Some(c - b'0'),
-        b'a'..=b'f' => Some(c - b'a' + 10),
-        _ => None,
-    };
-    digits
-        .chunks_exact(2)
-        .map(|pair| Some((digit(pair[0])? << 4) | digit(pair[1])?))
-        .collect()
 }
 
 #[cfg(test)]

@@ -64,17 +64,7 @@ impl Runner<'_> {
             );
             let agent = match built {
                 Ok(agent) => agent,
-                Err(error) => {
-                    let error = format!("{error:#}");
-                    self.end(
-                        &claim,
-                        &Ending::Failed {
-                            error: error.clone(),
-                        },
-                    )
-                    .await;
-                    return self.failed(run_id.as_str(), &error);
-                }
+                Err(error) => return self.fail(&claim, format!("{error:#}")).await,
             };
             let next = match first.take() {
                 Some(next) => next,
@@ -82,29 +72,14 @@ impl Runner<'_> {
                     Ok(next) => next,
                     Err(error) => {
                         let error = format!("the effect ledger could not be read: {error}");
-                        self.end(
-                            &claim,
-                            &Ending::Failed {
-                                error: error.clone(),
-                            },
-                        )
-                        .await;
-                        return self.failed(run_id.as_str(), &error);
+                        return self.fail(&claim, error).await;
                     }
                 },
             };
             if matches!(next, NextSegment::Finished) {
                 let error = "the effect ledger has this run finished but its end was never \
-                             recorded; its calls are in the ledger (`tinyagents show RUN`)"
-                    .to_owned();
-                self.end(
-                    &claim,
-                    &Ending::Failed {
-                        error: error.clone(),
-                    },
-                )
-                .await;
-                return self.failed(run_id.as_str(), &error);
+                             recorded; its calls are in the ledger (`tinyagents show RUN`)";
+                return self.fail(&claim, error.to_owned()).await;
             }
             let stop = self.interrupt.token();
             let keeper = Keeper::keep(
@@ -217,6 +192,18 @@ impl Runner<'_> {
                 false
             }
         }
+    }
+
+    /// Ends the claimed run as failed before a segment ran, and says why.
+    async fn fail(&mut self, claim: &Claim, error: String) -> u8 {
+        self.end(
+            claim,
+            &Ending::Failed {
+                error: error.clone(),
+            },
+        )
+        .await;
+        self.failed(claim.record.run_id.as_str(), &error)
     }
 
     /// Records the person's decisions and takes the run again to resume it.

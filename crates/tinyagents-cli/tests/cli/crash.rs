@@ -175,10 +175,19 @@ fn approvals(scratch: &Scratch, run: &str) -> Vec<Value> {
         .collect()
 }
 
+/// What a campaign did, summed over its trials.
+#[derive(Debug, Default)]
+struct Tally {
+    processes: u64,
+    killed: BTreeMap<String, u64>,
+    payments: u64,
+    unknown: u64,
+}
+
 /// One trial: a run suspended, then approve, resume and recover as its
 /// status asks, each killed at a random moment with some chance, until the
 /// run completes. Panics naming the seed when an invariant breaks.
-fn trial(seed: u64) {
+fn trial(seed: u64, tally: &mut Tally) {
     let mut rng = Rng(seed);
     let scratch = Scratch::new();
     let delay = 20 + rng.below(120);
@@ -280,14 +289,22 @@ fn trial(seed: u64) {
         );
     }
     let shown = scratch.run(&["--json", "show", &run]);
-    for row in json_lines(&shown)
-        .iter()
+    let rows: Vec<Value> = json_lines(&shown)
+        .into_iter()
         .filter(|l| l.get("call_id").is_some() && l.get("depth").is_some())
-    {
+        .collect();
+    for row in &rows {
         if row["status"] == "started" {
             fail(format!("a row is left started: {row}"), &history);
         }
     }
+    tally.processes += u64::try_from(history.len()).unwrap_or(0) + 1;
+    for step in history.iter().filter(|s| s.killed) {
+        *tally.killed.entry(step.args[1].clone()).or_default() += 1;
+    }
+    tally.payments += u64::try_from(made.len()).unwrap_or(0);
+    tally.unknown +=
+        u64::try_from(rows.iter().filter(|r| r["in_doubt"] == true).count()).unwrap_or(0);
 }
 
 /// Issue 29: the randomized kill campaign on the approval path, through
@@ -299,25 +316,21 @@ fn trial(seed: u64) {
 /// started.
 #[test]
 fn randomized_kills_on_the_approval_path_strand_no_run_and_repeat_nothing() {
-    let trials: u64 = std::env::var("TINYAGENTS_CRASH_TRIALS")
-        .ok()
-        .and_then(|t| t.parse().ok())
-        .unwrap_or(24);
-    let base: u64 = std::env::var("TINYAGENTS_CRASH_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(29, |d| d.as_secs())
-        });
+    let (trials, base) = crate::support::campaign("TINYAGENTS_CRASH_TRIALS", 24);
     eprintln!("crash campaign (cli): {trials} trials from seed {base}");
     let started = Instant::now();
+    let mut tally = Tally::default();
     for n in 0..trials {
-        trial(base.wrapping_add(n));
+        trial(base.wrapping_add(n), &mut tally);
     }
     eprintln!(
-        "crash campaign (cli): {trials} trials passed in {:.1}s",
-        started.elapsed().as_secs_f64()
+        "crash campaign (cli): {trials} trials passed in {:.1}s: {} processes, killed {:?}, \
+         {} payments made (of {}), {} left in doubt (outcome unknown)",
+        started.elapsed().as_secs_f64(),
+        tally.processes,
+        tally.killed,
+        tally.payments,
+        2 * trials,
+        tally.unknown
     );
 }

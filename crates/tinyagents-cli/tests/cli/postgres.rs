@@ -353,18 +353,7 @@ async fn four_worker_processes_finish_every_run_once_when_one_is_killed() {
 /// TINYAGENTS_CRASH_SEED.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn randomized_worker_kills_on_the_approval_path_strand_no_run_and_repeat_nothing() {
-    let trials: u64 = std::env::var("TINYAGENTS_WORKER_CRASH_TRIALS")
-        .ok()
-        .and_then(|t| t.parse().ok())
-        .unwrap_or(6);
-    let base: u64 = std::env::var("TINYAGENTS_CRASH_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(17, |d| d.as_secs())
-        });
+    let (trials, base) = crate::support::campaign("TINYAGENTS_WORKER_CRASH_TRIALS", 6);
     eprintln!("crash campaign (workers): {trials} trials from seed {base}");
     let db = database().await;
     let pg = PgDatabase::connect(&db.url).await.unwrap();

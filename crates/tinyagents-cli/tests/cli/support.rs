@@ -378,3 +378,17 @@ pub(crate) fn listed(scratch: &Scratch, run: &str) -> Value {
         .find(|r| r["run_id"] == run)
         .unwrap_or_else(|| panic!("run {run} is not listed: {}", stdout(&output)))
 }
+
+/// A campaign's trials (from the variable `trials_var`, else `default`)
+/// and its first seed (`TINYAGENTS_CRASH_SEED`, else the clock: a failure
+/// prints the seed that replays it).
+pub(crate) fn campaign(trials_var: &str, default: u64) -> (u64, u64) {
+    let number = |name: &str| std::env::var(name).ok().and_then(|v| v.parse().ok());
+    let trials = number(trials_var).unwrap_or(default);
+    let seed = number("TINYAGENTS_CRASH_SEED").unwrap_or_else(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(29, |d| d.as_secs())
+    });
+    (trials, seed)
+}

@@ -14,15 +14,16 @@ use std::time::Duration;
 
 use tinyagents_core::RunId;
 use tinyagents_ledger::Timestamp;
-use tinyagents_runs::backend::{ClaimPlan, check_claim, clean, cleaned_hold, to_i64, unusable};
+use tinyagents_runs::backend::{
+    ClaimPlan, check_claim, clean, cleaned_hold, to_i64, to_u64, unusable,
+};
 use tinyagents_runs::{
     Claim, ClaimFilter, Hold, RecordStatus, RunEvent, RunRecord, RunStoreError, RunStoreResult,
     SealKey, WaitingCall,
 };
-use tokio_postgres::Transaction;
 
-use super::read::{self, RECORD_COLUMNS, raw};
-use super::{PostgresRunStore, clock, failed, note};
+use super::read::{self, RECORD_COLUMN_COUNT, RECORD_COLUMNS, raw};
+use super::{PostgresRunStore, Tx, cached, clock, failed, note};
 
 /// The advisory lock that serialises claims under a global limit of
 /// running runs (the bytes `tARc`).
@@ -40,7 +41,7 @@ fn lease_end(at: Timestamp, lease: Duration) -> i64 {
 /// the caller, its row locked): running under the next epoch, its history
 /// noting the claim, with the decisions of its last suspension.
 pub(super) async fn take(
-    tx: &Transaction<'_>,
+    tx: &Tx<'_>,
     key: &SealKey,
     record: &RunRecord,
     hold: &Hold,
@@ -55,16 +56,31 @@ pub(super) async fn take(
     } = ClaimPlan::of(record);
     let epoch = record.epoch + 1;
     let holder = &hold.holder;
+    let segment = segment.to_owned();
+    let event = RunEvent::Claimed { epoch, segment };
+    let event = serde_json::to_string(&event).map_err(|e| RunStoreError::Unreadable {
+        run: run.clone(),
+        what: "history entry",
+        detail: e.to_string(),
+    })?;
+    // The claim and its history entry in one statement (one round trip).
+    let sql = format!(
+        "WITH taken AS (
+                     UPDATE tinyagents_runs SET status = 'running', owner = $2, host = $3,
+                         pid = $4, lease_until = $5, epoch = $6,
+                         started_at = coalesce(started_at, $7), updated_at = $7,
+                         ended_at = NULL, error = NULL,
+                         suspended = CASE WHEN $8 THEN NULL ELSE suspended END
+                     WHERE id = $1 RETURNING {RECORD_COLUMNS}),
+                 noted AS (
+                     INSERT INTO tinyagents_run_history (run_id, at, by, event)
+                     SELECT id, $7, $2, $9 FROM taken)
+                 SELECT {RECORD_COLUMNS} FROM taken"
+    );
+    let statement = cached(tx, &sql, operation).await?;
     let row = tx
         .query_one(
-            format!(
-                "UPDATE tinyagents_runs SET status = 'running', owner = $2, host = $3, pid = $4,
-                     lease_until = $5, epoch = $6, started_at = coalesce(started_at, $7),
-                     updated_at = $7, ended_at = NULL, error = NULL,
-                     suspended = CASE WHEN $8 THEN NULL ELSE suspended END
-                 WHERE id = $1 RETURNING {RECORD_COLUMNS}"
-            )
-            .as_str(),
+            &statement,
             &[
                 &run.as_str(),
                 &holder.owner,
@@ -74,22 +90,14 @@ pub(super) async fn take(
                 &to_i64(epoch),
                 &to_i64(at.as_millis()),
                 &resume.is_some(),
+                &event,
             ],
         )
         .await
         .map_err(failed(operation))?;
     let taken = raw(&row).map_err(failed(operation))?;
-    let segment = segment.to_owned();
-    note(
-        tx,
-        run,
-        &holder.owner,
-        at,
-        &RunEvent::Claimed { epoch, segment },
-    )
-    .await?;
     let decisions = if record.suspension > 0 {
-        read::suspension_calls(tx, key, run, record.suspension, operation)
+        read::suspension_calls(&**tx, key, run, record.suspension, operation)
             .await?
             .iter()
             .filter_map(WaitingCall::approval)
@@ -110,7 +118,7 @@ pub(super) async fn take(
 /// made outside the store, or an unreadable value), so no claim meets it
 /// again; its record is left as it is, for a person to look at.
 async fn fail_unusable(
-    tx: &Transaction<'_>,
+    tx: &Tx<'_>,
     run: &RunId,
     hold: &Hold,
     error: &RunStoreError,
@@ -149,7 +157,7 @@ pub(super) async fn one(
     let operation = "claim a run";
     let mut client = store.client(operation).await?;
     let tx = client.transaction().await.map_err(failed(operation))?;
-    let at = clock(&*tx, operation).await?;
+    let at = clock(&tx, operation).await?;
     let record = read::record(&*tx, &store.key, run, true, operation)
         .await?
         .ok_or_else(|| RunStoreError::NotFound { run: run.clone() })?;
@@ -159,22 +167,25 @@ pub(super) async fn one(
     Ok(claim)
 }
 
-/// The runs a worker may take, first those whose lease ran out (`$1` the
-/// time, the oldest lease first), then queued runs (oldest first); `$2`
-/// the agents (any when empty), `$3` the agents file's hash (any run when
-/// NULL), `$4` how many. Each is locked, or skipped when another
-/// transaction holds it.
-const EXPIRED: &str = "WHERE status = 'running' AND (lease_until IS NULL OR lease_until < $1) \
-    AND (cardinality($2::text[]) = 0 OR agent = ANY($2)) \
-    AND ($3::text IS NULL OR file_sha256 = $3) \
-    ORDER BY lease_until NULLS FIRST, id LIMIT $4 FOR UPDATE SKIP LOCKED";
-
-/// Queued runs, as [`EXPIRED`] without the time: `$1` the agents, `$2`
-/// the hash, `$3` how many.
-const QUEUED: &str = "WHERE status = 'queued' \
-    AND (cardinality($1::text[]) = 0 OR agent = ANY($1)) \
-    AND ($2::text IS NULL OR file_sha256 = $2) \
-    ORDER BY updated_at, id LIMIT $3 FOR UPDATE SKIP LOCKED";
+/// The runs a worker may take, in one statement: first those whose lease
+/// ran out (the oldest lease first), then queued runs (oldest first);
+/// `$1` the agents (any when empty), `$2` the agents file's hash (any run
+/// when NULL), `$3` how many. Each is locked, or skipped when another
+/// transaction holds it. The last column is the transaction's time (ms),
+/// which the claims write.
+const CANDIDATES: &str = "WITH clock AS (SELECT (extract(epoch from now()) * 1000)::bigint AS ms), \
+    expired AS (SELECT r.*, 0 AS pass FROM tinyagents_runs r, clock \
+        WHERE r.status = 'running' AND (r.lease_until IS NULL OR r.lease_until < clock.ms) \
+        AND (cardinality($1::text[]) = 0 OR r.agent = ANY($1)) \
+        AND ($2::text IS NULL OR r.file_sha256 = $2) \
+        ORDER BY r.lease_until NULLS FIRST, r.id LIMIT $3 FOR UPDATE OF r SKIP LOCKED), \
+    queued AS (SELECT r.*, 1 AS pass FROM tinyagents_runs r \
+        WHERE r.status = 'queued' \
+        AND (cardinality($1::text[]) = 0 OR r.agent = ANY($1)) \
+        AND ($2::text IS NULL OR r.file_sha256 = $2) \
+        ORDER BY r.updated_at, r.id LIMIT $3 FOR UPDATE SKIP LOCKED) \
+    SELECT COLUMNS, clock.ms FROM (SELECT * FROM expired UNION ALL SELECT * FROM queued) c, clock \
+    ORDER BY c.pass, c.lease_until NULLS FIRST, c.updated_at, c.id LIMIT $3";
 
 impl PostgresRunStore {
     /// Takes up to `max` runs for `hold`, as
@@ -198,8 +209,6 @@ impl PostgresRunStore {
         let operation = "claim runs";
         let mut client = self.client(operation).await?;
         let tx = client.transaction().await.map_err(failed(operation))?;
-        let at = clock(&*tx, operation).await?;
-        let now = to_i64(at.as_millis());
         let mut room = max;
         if let Some(global) = global {
             // Serialised, so that two claimers cannot both take the last
@@ -210,9 +219,9 @@ impl PostgresRunStore {
                 .map_err(failed(operation))?;
             let running: i64 = tx
                 .query_one(
-                    "SELECT count(*) FROM tinyagents_runs \
-                     WHERE status = 'running' AND lease_until >= $1",
-                    &[&now],
+                    "SELECT count(*) FROM tinyagents_runs WHERE status = 'running' \
+                     AND lease_until >= (extract(epoch from now()) * 1000)::bigint",
+                    &[],
                 )
                 .await
                 .map_err(failed(operation))?
@@ -229,14 +238,20 @@ impl PostgresRunStore {
         let agents: Vec<&str> = filter.agents.iter().map(String::as_str).collect();
         let hash = filter.file_sha256.as_deref();
         let limit = i64::try_from(room).unwrap_or(i64::MAX);
-        let mut candidates =
-            read::raw_records(&*tx, EXPIRED, &[&now, &agents, &hash, &limit], operation).await?;
-        let left = room.saturating_sub(candidates.len());
-        if left > 0 {
-            let limit = i64::try_from(left).unwrap_or(i64::MAX);
-            let queued =
-                read::raw_records(&*tx, QUEUED, &[&agents, &hash, &limit], operation).await?;
-            candidates.extend(queued);
+        let sql = CANDIDATES.replace("COLUMNS", RECORD_COLUMNS);
+        let statement = cached(&tx, &sql, operation).await?;
+        let rows = tx
+            .query(&statement, &[&agents, &hash, &limit])
+            .await
+            .map_err(failed(operation))?;
+        let mut candidates = Vec::with_capacity(rows.len());
+        let mut at = Timestamp::EPOCH;
+        for row in &rows {
+            candidates.push(raw(row).map_err(failed(operation))?);
+            let ms: i64 = row
+                .try_get(RECORD_COLUMN_COUNT)
+                .map_err(failed(operation))?;
+            at = Timestamp::from_millis(to_u64(ms));
         }
         let mut claims = Vec::with_capacity(candidates.len());
         for stored in candidates {
@@ -305,7 +320,7 @@ pub(super) async fn renew(
     let epochs: Vec<i64> = held.iter().map(|(_, epoch)| to_i64(*epoch)).collect();
     let mut client = store.client(operation).await?;
     let tx = client.transaction().await.map_err(failed(operation))?;
-    let until = lease_end(clock(&*tx, operation).await?, lease);
+    let until = lease_end(clock(&tx, operation).await?, lease);
     let rows = tx
         .query(
             "WITH renewed AS (

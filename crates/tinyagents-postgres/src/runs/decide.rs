@@ -27,7 +27,7 @@ pub(super) async fn decide(
     let key = &store.key;
     let mut client = store.client(operation).await?;
     let tx = client.transaction().await.map_err(failed(operation))?;
-    let at = clock(&*tx, operation).await?;
+    let at = clock(&tx, operation).await?;
     let record = read::record(&*tx, key, run, true, operation)
         .await?
         .ok_or_else(|| RunStoreError::NotFound { run: run.clone() })?;
@@ -62,7 +62,7 @@ pub(super) async fn decide(
         .await
         .map_err(failed(operation))?;
         note(
-            &*tx,
+            &tx,
             run,
             by,
             at,

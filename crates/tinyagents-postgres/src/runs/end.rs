@@ -24,7 +24,7 @@ pub(super) async fn end(
     let key = &store.key;
     let mut client = store.client(operation).await?;
     let tx = client.transaction().await.map_err(failed(operation))?;
-    let at = clock(&*tx, operation).await?;
+    let at = clock(&tx, operation).await?;
     let ms = to_i64(at.as_millis());
     let held = tx
         .query_opt(
@@ -162,7 +162,7 @@ pub(super) async fn end(
             }
         }
     };
-    note(&*tx, run, &by, at, &event).await?;
+    note(&tx, run, &by, at, &event).await?;
     tx.commit().await.map_err(failed(operation))?;
     Ok(true)
 }

@@ -159,13 +159,11 @@ async fn own_key<C: GenericClient + Sync>(client: &C) -> RunStoreResult<SealKey>
 /// within a transaction), read once and passed to every write of it.
 const NOW_MS: &str = "SELECT (extract(epoch from now()) * 1000)::bigint";
 
-/// The time of the transaction (or statement) `client` is in.
-async fn clock<C: GenericClient + Sync>(
-    client: &C,
-    operation: &'static str,
-) -> RunStoreResult<Timestamp> {
-    let row = client
-        .query_one(NOW_MS, &[])
+/// The time of the transaction `tx`.
+async fn clock(tx: &Tx<'_>, operation: &'static str) -> RunStoreResult<Timestamp> {
+    let statement = cached(tx, NOW_MS, operation).await?;
+    let row = tx
+        .query_one(&statement, &[])
         .await
         .map_err(failed(operation))?;
     let ms: i64 = row.try_get(0).map_err(failed(operation))?;
@@ -181,9 +179,23 @@ fn failed(operation: &'static str) -> impl Fn(tokio_postgres::Error) -> RunStore
     }
 }
 
+/// A transaction on a pooled connection, whose statements are prepared
+/// once per connection ([`cached`]).
+type Tx<'a> = deadpool_postgres::Transaction<'a>;
+
+/// `sql` prepared on `tx`'s connection, once per connection: a statement
+/// is one round trip, not two (prepare, then run).
+async fn cached(
+    tx: &Tx<'_>,
+    sql: &str,
+    operation: &'static str,
+) -> RunStoreResult<tokio_postgres::Statement> {
+    tx.prepare_cached(sql).await.map_err(failed(operation))
+}
+
 /// Adds `event` to the run's history, by `by` at `at`.
-async fn note<C: GenericClient + Sync>(
-    client: &C,
+async fn note(
+    tx: &Tx<'_>,
     run: &RunId,
     by: &str,
     at: Timestamp,
@@ -194,12 +206,18 @@ async fn note<C: GenericClient + Sync>(
         what: "history entry",
         detail: e.to_string(),
     })?;
-    client
-        .execute(
-            "INSERT INTO tinyagents_run_history (run_id, at, by, event) VALUES ($1, $2, $3, $4)",
-            &[&run.as_str(), &to_i64(at.as_millis()), &by, &text],
-        )
-        .await
-        .map_err(failed("write a run's history"))?;
+    let operation = "write a run's history";
+    let statement = cached(
+        tx,
+        "INSERT INTO tinyagents_run_history (run_id, at, by, event) VALUES ($1, $2, $3, $4)",
+        operation,
+    )
+    .await?;
+    tx.execute(
+        &statement,
+        &[&run.as_str(), &to_i64(at.as_millis()), &by, &text],
+    )
+    .await
+    .map_err(failed(operation))?;
     Ok(())
 }

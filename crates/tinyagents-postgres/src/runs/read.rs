@@ -22,6 +22,10 @@ pub(super) const RECORD_COLUMNS: &str = "id, agent, file_path, file_sha256, sess
     seal, status, owner, host, pid, lease_until, epoch, created_at, started_at, updated_at, \
     ended_at, input_tokens, output_tokens, final_text, error, suspension, suspended";
 
+/// How many columns [`RECORD_COLUMNS`] names (a query that selects more
+/// has its own after them).
+pub(super) const RECORD_COLUMN_COUNT: usize = 23;
+
 /// A row of [`RECORD_COLUMNS`], before its seals are checked.
 pub(super) fn raw(row: &Row) -> Result<StoredRecord, tokio_postgres::Error> {
     Ok(StoredRecord {
@@ -102,23 +106,6 @@ pub(super) async fn records<C: GenericClient + Sync>(
         .map_err(failed(operation))?;
     rows.iter()
         .map(|row| raw(row).map_err(failed(operation))?.open(key))
-        .collect()
-}
-
-/// The rows a clause selects, their seals not yet checked.
-pub(super) async fn raw_records<C: GenericClient + Sync>(
-    client: &C,
-    clause: &str,
-    values: &[&(dyn ToSql + Sync)],
-    operation: &'static str,
-) -> RunStoreResult<Vec<StoredRecord>> {
-    let sql = format!("SELECT {RECORD_COLUMNS} FROM tinyagents_runs {clause}");
-    let rows = client
-        .query(sql.as_str(), values)
-        .await
-        .map_err(failed(operation))?;
-    rows.iter()
-        .map(|row| raw(row).map_err(failed(operation)))
         .collect()
 }
 

@@ -40,7 +40,7 @@ impl RunStore for PostgresRunStore {
         .seal(key);
         let mut client = self.client(operation).await?;
         let tx = client.transaction().await.map_err(failed(operation))?;
-        let at = clock(&*tx, operation).await?;
+        let at = clock(&tx, operation).await?;
         let ms = to_i64(at.as_millis());
         // The id's uniqueness is the primary key's: of two creators of one
         // id, the second waits for the first and inserts nothing.
@@ -74,7 +74,7 @@ impl RunStore for PostgresRunStore {
         } else {
             RecordStatus::Queued
         };
-        note(&*tx, &run.run_id, by, at, &RunEvent::Created { status }).await?;
+        note(&tx, &run.run_id, by, at, &RunEvent::Created { status }).await?;
         let record = read::record(&*tx, key, &run.run_id, false, operation)
             .await?
             .ok_or_else(|| RunStoreError::NotFound {
@@ -188,7 +188,7 @@ impl RunStore for PostgresRunStore {
         let key = &self.key;
         let mut client = self.client(operation).await?;
         let tx = client.transaction().await.map_err(failed(operation))?;
-        let at = clock(&*tx, operation).await?;
+        let at = clock(&tx, operation).await?;
         let stored = read::stored(&*tx, run, true, operation)
             .await?
             .ok_or_else(|| RunStoreError::NotFound { run: run.clone() })?;
@@ -221,7 +221,7 @@ impl RunStore for PostgresRunStore {
         .await
         .map_err(failed(operation))?;
         note(
-            &*tx,
+            &tx,
             run,
             by,
             at,

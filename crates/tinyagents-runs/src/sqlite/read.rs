@@ -58,31 +58,20 @@ pub(super) fn record(
         )
         .optional()
         .map_err(|e| storage("read a run", &e))?;
-    raw.map(|raw| decode(key, raw)).transpose()
+    raw.map(|raw| raw.open(key)).transpose()
 }
 
-/// The records a `WHERE` clause selects.
+/// The records a `WHERE` clause selects, their seals checked.
 pub(super) fn records(
     conn: &Connection,
     key: &SealKey,
     clause: &str,
     values: &[&dyn rusqlite::ToSql],
 ) -> RunStoreResult<Vec<RunRecord>> {
-    let mut statement = conn
-        .prepare(&format!("SELECT {RECORD_COLUMNS} FROM runs {clause}"))
-        .map_err(|e| storage("list runs", &e))?;
-    let rows = statement
-        .query_map(values, raw)
-        .map_err(|e| storage("list runs", &e))?;
-    let mut out = Vec::new();
-    for row in rows {
-        out.push(decode(key, row.map_err(|e| storage("list runs", &e))?)?);
-    }
-    Ok(out)
-}
-
-fn decode(key: &SealKey, raw: StoredRecord) -> RunStoreResult<RunRecord> {
-    raw.open(key)
+    raw_records(conn, clause, values)?
+        .into_iter()
+        .map(|raw| raw.open(key))
+        .collect()
 }
 
 /// The rows a `WHERE` clause selects, their seals not yet checked.
