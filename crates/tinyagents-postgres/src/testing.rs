@@ -225,7 +225,7 @@ impl OwnCluster {
             .spawn()
             .map_err(|e| command_error("sh (watchdog)", e))?;
         let watchdog_stdin = watchdog.stdin.take();
-        let cluster = Self {
+        let mut cluster = Self {
             bin,
             data,
             tls,
@@ -235,17 +235,33 @@ impl OwnCluster {
             watchdog,
         };
         let log = dir.join("server.log");
-        cluster.pg_ctl(&[
-            "start",
-            "-w",
-            "-t",
-            "60",
-            "-l",
-            &log.to_string_lossy(),
-            "-o",
-            &cluster.options(),
-        ])?;
-        Ok(cluster)
+        // The free port was free when it was picked: another process (a
+        // test's cluster or client beside this one) may bind it before the
+        // server does. Then it is started again on another port.
+        let mut attempts = 0;
+        loop {
+            // A failed attempt's log says why; the next starts a new one.
+            let _ = std::fs::remove_file(&log);
+            let started = cluster.pg_ctl(&[
+                "start",
+                "-w",
+                "-t",
+                "60",
+                "-l",
+                &log.to_string_lossy(),
+                "-o",
+                &cluster.options(),
+            ]);
+            match started {
+                Err(TestClusterError::Command { detail, .. })
+                    if detail.contains("Address already in use") && attempts < 5 =>
+                {
+                    attempts += 1;
+                    cluster.port = free_port()?;
+                }
+                other => return other.map(|()| cluster),
+            }
+        }
     }
 
     /// The server's options: loopback only, its socket in its own directory,

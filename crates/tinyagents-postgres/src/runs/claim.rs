@@ -23,7 +23,7 @@ use tinyagents_runs::{
 };
 
 use super::read::{self, RECORD_COLUMN_COUNT, RECORD_COLUMNS, raw};
-use super::{PostgresRunStore, Tx, cached, clock, failed, note};
+use super::{PostgresRunStore, Tx, cached, clock, failed};
 
 /// The advisory lock that serialises claims under a global limit of
 /// running runs (the bytes `tARc`).
@@ -114,11 +114,12 @@ pub(super) async fn take(
     })
 }
 
-/// Fails a run a worker's claim found unusable (`error` says why: an edit
-/// made outside the store, or an unreadable value), so no claim meets it
-/// again; its record is left as it is, for a person to look at.
-async fn fail_unusable(
-    tx: &Tx<'_>,
+/// Fails a run a worker's claim took and found unusable (`error` says
+/// why: an edit made outside the store, or an unreadable value), so no
+/// claim meets it again; its record is left as it is, for a person to look
+/// at.
+async fn fail_taken<C: deadpool_postgres::GenericClient + Sync>(
+    client: &C,
     run: &RunId,
     hold: &Hold,
     error: &RunStoreError,
@@ -126,24 +127,33 @@ async fn fail_unusable(
 ) -> RunStoreResult<()> {
     let operation = "claim runs";
     let text = error.to_string();
-    tx.execute(
-        "UPDATE tinyagents_runs SET status = 'failed', error = $2, ended_at = $3, updated_at = $3,
-             owner = NULL, host = NULL, pid = NULL, lease_until = NULL WHERE id = $1",
-        &[&run.as_str(), &clean(&text), &to_i64(at.as_millis())],
-    )
-    .await
-    .map_err(failed(operation))?;
-    note(
-        tx,
-        run,
-        &hold.holder.owner,
-        at,
-        &RunEvent::Ended {
-            status: RecordStatus::Failed,
-            error: Some(text),
-        },
-    )
-    .await
+    let event = serde_json::to_string(&RunEvent::Ended {
+        status: RecordStatus::Failed,
+        error: Some(text.clone()),
+    })
+    .map_err(|e| RunStoreError::Unreadable {
+        run: run.clone(),
+        what: "history entry",
+        detail: e.to_string(),
+    })?;
+    client
+        .execute(
+            "WITH failed AS (UPDATE tinyagents_runs SET status = 'failed', error = $2, \
+                 ended_at = $3, updated_at = $3, owner = NULL, host = NULL, pid = NULL, \
+                 lease_until = NULL WHERE id = $1 RETURNING id) \
+             INSERT INTO tinyagents_run_history (run_id, at, by, event) \
+                 SELECT id, $3, $4, $5 FROM failed",
+            &[
+                &run.as_str(),
+                &clean(&text),
+                &to_i64(at.as_millis()),
+                &hold.holder.owner,
+                &event,
+            ],
+        )
+        .await
+        .map_err(failed(operation))?;
+    Ok(())
 }
 
 /// `RunStore::claim`: takes `run` for `hold` if its epoch is still
@@ -167,25 +177,50 @@ pub(super) async fn one(
     Ok(claim)
 }
 
-/// The runs a worker may take, in one statement: first those whose lease
-/// ran out (the oldest lease first), then queued runs (oldest first);
-/// `$1` the agents (any when empty), `$2` the agents file's hash (any run
-/// when NULL), `$3` how many. Each is locked, or skipped when another
-/// transaction holds it. The last column is the transaction's time (ms),
-/// which the claims write.
-const CANDIDATES: &str = "WITH clock AS (SELECT (extract(epoch from now()) * 1000)::bigint AS ms), \
-    expired AS (SELECT r.*, 0 AS pass FROM tinyagents_runs r, clock \
+/// A worker's claim, in one statement: the runs it may take (first those
+/// whose lease ran out, the oldest lease first, then queued runs, oldest
+/// first; `$1` the agents, any when empty; `$2` the agents file's hash, any
+/// run when NULL; `$3` how many), each locked or skipped when another
+/// transaction holds it, taken for the holder (`$4` owner, `$5` host, `$6`
+/// pid) under the next epoch with a lease of `$7` ms, each claim noted in
+/// its run's history. The segment is `ClaimPlan::of`'s rule
+/// (`tinyagents_runs::backend`), written in SQL: a queued run with a
+/// suspended state resumes (and the claim takes the state), a queued run
+/// never taken starts, any other is recovered. Returns, per run taken, its
+/// new row (`COLUMNS`), the state it was taken to resume from, the
+/// segment, and the statement's time.
+const TAKE_NEXT: &str = "WITH clock AS (SELECT (extract(epoch from now()) * 1000)::bigint AS ms), \
+    expired AS (SELECT r.id, 0 AS pass, r.lease_until AS lease, r.updated_at AS since \
+        FROM tinyagents_runs r, clock \
         WHERE r.status = 'running' AND (r.lease_until IS NULL OR r.lease_until < clock.ms) \
         AND (cardinality($1::text[]) = 0 OR r.agent = ANY($1)) \
         AND ($2::text IS NULL OR r.file_sha256 = $2) \
         ORDER BY r.lease_until NULLS FIRST, r.id LIMIT $3 FOR UPDATE OF r SKIP LOCKED), \
-    queued AS (SELECT r.*, 1 AS pass FROM tinyagents_runs r \
+    queued AS (SELECT r.id, 1 AS pass, r.lease_until AS lease, r.updated_at AS since \
+        FROM tinyagents_runs r \
         WHERE r.status = 'queued' \
         AND (cardinality($1::text[]) = 0 OR r.agent = ANY($1)) \
         AND ($2::text IS NULL OR r.file_sha256 = $2) \
-        ORDER BY r.updated_at, r.id LIMIT $3 FOR UPDATE SKIP LOCKED) \
-    SELECT COLUMNS, clock.ms FROM (SELECT * FROM expired UNION ALL SELECT * FROM queued) c, clock \
-    ORDER BY c.pass, c.lease_until NULLS FIRST, c.updated_at, c.id LIMIT $3";
+        ORDER BY r.updated_at, r.id LIMIT $3 FOR UPDATE SKIP LOCKED), \
+    picked AS (SELECT * FROM (SELECT * FROM expired UNION ALL SELECT * FROM queued) c \
+        ORDER BY pass, lease NULLS FIRST, since, id LIMIT $3), \
+    prior AS (SELECT r.id, r.epoch, r.suspended, p.pass, p.lease, p.since, \
+        CASE WHEN r.status = 'queued' AND r.suspended IS NOT NULL THEN 'resume' \
+             WHEN r.status = 'queued' AND r.epoch = 0 THEN 'start' \
+             ELSE 'recover' END AS segment \
+        FROM tinyagents_runs r JOIN picked p ON r.id = p.id), \
+    taken AS (UPDATE tinyagents_runs r SET status = 'running', owner = $4, host = $5, pid = $6, \
+        lease_until = clock.ms + $7, epoch = r.epoch + 1, \
+        started_at = coalesce(r.started_at, clock.ms), updated_at = clock.ms, \
+        ended_at = NULL, error = NULL, \
+        suspended = CASE WHEN prior.segment = 'resume' THEN NULL ELSE r.suspended END \
+        FROM prior, clock WHERE r.id = prior.id RETURNING TAKEN_COLUMNS), \
+    noted AS (INSERT INTO tinyagents_run_history (run_id, at, by, event) \
+        SELECT prior.id, clock.ms, $4, json_build_object('kind', 'claimed', \
+            'epoch', prior.epoch + 1, 'segment', prior.segment)::text FROM prior, clock) \
+    SELECT t.*, prior.suspended, prior.segment, clock.ms FROM taken t \
+        JOIN prior ON prior.id = t.id, clock \
+    ORDER BY prior.pass, prior.lease NULLS FIRST, prior.since, prior.id";
 
 impl PostgresRunStore {
     /// Takes up to `max` runs for `hold`, as
@@ -207,64 +242,139 @@ impl PostgresRunStore {
             return Ok(Vec::new());
         }
         let operation = "claim runs";
-        let mut client = self.client(operation).await?;
-        let tx = client.transaction().await.map_err(failed(operation))?;
-        let mut room = max;
-        if let Some(global) = global {
-            // Serialised, so that two claimers cannot both take the last
-            // place; the count is read after the lock, so it sees the
-            // claims committed before it.
-            tx.execute("SELECT pg_advisory_xact_lock($1)", &[&CLAIM_LOCK])
-                .await
-                .map_err(failed(operation))?;
-            let running: i64 = tx
-                .query_one(
-                    "SELECT count(*) FROM tinyagents_runs WHERE status = 'running' \
-                     AND lease_until >= (extract(epoch from now()) * 1000)::bigint",
-                    &[],
-                )
-                .await
-                .map_err(failed(operation))?
-                .try_get(0)
-                .map_err(failed(operation))?;
-            let running = usize::try_from(running).unwrap_or(usize::MAX);
-            room = room.min(global.saturating_sub(running));
-            if room == 0 {
-                tx.commit().await.map_err(failed(operation))?;
-                return Ok(Vec::new());
-            }
-        }
         let hold = &cleaned_hold(hold);
+        let mut client = self.client(operation).await?;
+        let mut claims = match global {
+            // The statement is its own transaction: one round trip, its
+            // commit included.
+            None => self.take_next(&client, hold, max, filter).await?,
+            Some(global) => {
+                // Serialised, so that two claimers cannot both take the
+                // last place; the count is read after the lock, so it sees
+                // the claims committed before it.
+                let tx = client.transaction().await.map_err(failed(operation))?;
+                tx.execute("SELECT pg_advisory_xact_lock($1)", &[&CLAIM_LOCK])
+                    .await
+                    .map_err(failed(operation))?;
+                let running: i64 = tx
+                    .query_one(
+                        "SELECT count(*) FROM tinyagents_runs WHERE status = 'running' \
+                         AND lease_until >= (extract(epoch from now()) * 1000)::bigint",
+                        &[],
+                    )
+                    .await
+                    .map_err(failed(operation))?
+                    .try_get(0)
+                    .map_err(failed(operation))?;
+                let running = usize::try_from(running).unwrap_or(usize::MAX);
+                let room = max.min(global.saturating_sub(running));
+                let claims = if room == 0 {
+                    Vec::new()
+                } else {
+                    self.take_next(&tx, hold, room, filter).await?
+                };
+                tx.commit().await.map_err(failed(operation))?;
+                claims
+            }
+        };
+        // The decisions of the runs that waited for a person, which a
+        // resume or a recovery takes.
+        for claim in claims.iter_mut().filter(|c| c.record.suspension > 0) {
+            let record = &claim.record;
+            claim.decisions = read::suspension_calls(
+                &**client,
+                &self.key,
+                &record.run_id,
+                record.suspension,
+                operation,
+            )
+            .await?
+            .iter()
+            .filter_map(WaitingCall::approval)
+            .collect();
+        }
+        Ok(claims)
+    }
+
+    /// [`TAKE_NEXT`] on `client` (a pooled connection, or a transaction),
+    /// its rows opened; a run it took and found unusable is failed, not
+    /// returned. The claims' decisions are left for the caller to read.
+    async fn take_next<C: deadpool_postgres::GenericClient + Sync>(
+        &self,
+        client: &C,
+        hold: &Hold,
+        room: usize,
+        filter: &ClaimFilter,
+    ) -> RunStoreResult<Vec<Claim>> {
+        let operation = "claim runs";
         let agents: Vec<&str> = filter.agents.iter().map(String::as_str).collect();
         let hash = filter.file_sha256.as_deref();
         let limit = i64::try_from(room).unwrap_or(i64::MAX);
-        let sql = CANDIDATES.replace("COLUMNS", RECORD_COLUMNS);
-        let statement = cached(&tx, &sql, operation).await?;
-        let rows = tx
-            .query(&statement, &[&agents, &hash, &limit])
+        let lease = i64::try_from(hold.lease.as_millis()).unwrap_or(i64::MAX);
+        let taken_columns: Vec<String> = RECORD_COLUMNS
+            .split(',')
+            .map(|c| format!("r.{}", c.trim()))
+            .collect();
+        let sql = TAKE_NEXT.replace("TAKEN_COLUMNS", &taken_columns.join(", "));
+        let holder = &hold.holder;
+        let statement = client
+            .prepare_cached(&sql)
             .await
             .map_err(failed(operation))?;
-        let mut candidates = Vec::with_capacity(rows.len());
-        let mut at = Timestamp::EPOCH;
+        let rows = client
+            .query(
+                &statement,
+                &[
+                    &agents,
+                    &hash,
+                    &limit,
+                    &holder.owner,
+                    &holder.host,
+                    &i64::from(holder.pid),
+                    &lease,
+                ],
+            )
+            .await
+            .map_err(failed(operation))?;
+        let mut claims = Vec::with_capacity(rows.len());
         for row in &rows {
-            candidates.push(raw(row).map_err(failed(operation))?);
-            let ms: i64 = row
-                .try_get(RECORD_COLUMN_COUNT)
-                .map_err(failed(operation))?;
-            at = Timestamp::from_millis(to_u64(ms));
-        }
-        let mut claims = Vec::with_capacity(candidates.len());
-        for stored in candidates {
+            let stored = raw(row).map_err(failed(operation))?;
+            let column = |n: usize| RECORD_COLUMN_COUNT + n;
+            let prior: Option<String> = row.try_get(column(0)).map_err(failed(operation))?;
+            let segment: String = row.try_get(column(1)).map_err(failed(operation))?;
+            let ms: i64 = row.try_get(column(2)).map_err(failed(operation))?;
             let run = RunId::from(stored.run_id.clone());
-            match stored.open(&self.key) {
-                Ok(record) => claims.push(take(&tx, &self.key, &record, hold, at).await?),
+            let epoch = to_u64(stored.epoch);
+            let opened = stored.open(&self.key).and_then(|record| {
+                let resume = match (segment.as_str(), prior) {
+                    ("resume", Some(text)) => {
+                        let sealed =
+                            serde_json::from_str(&text).map_err(|e| RunStoreError::Unreadable {
+                                run: run.clone(),
+                                what: "suspended state",
+                                detail: e.to_string(),
+                            })?;
+                        Some(self.key.open_state(&run, &sealed)?)
+                    }
+                    _ => None,
+                };
+                Ok((record, resume))
+            });
+            match opened {
+                Ok((record, resume)) => claims.push(Claim {
+                    record,
+                    epoch,
+                    takeover: segment == "recover",
+                    resume,
+                    decisions: Vec::new(),
+                }),
                 Err(error) if unusable(&error) => {
-                    fail_unusable(&tx, &run, hold, &error, at).await?;
+                    let at = Timestamp::from_millis(to_u64(ms));
+                    fail_taken(client, &run, hold, &error, at).await?;
                 }
                 Err(error) => return Err(error),
             }
         }
-        tx.commit().await.map_err(failed(operation))?;
         Ok(claims)
     }
 
