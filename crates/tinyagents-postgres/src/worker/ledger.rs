@@ -23,6 +23,8 @@ use tinyagents_ledger::{
     Resolve, RunState, StartedRow, Timestamp,
 };
 
+use tinyagents_runs::is_bare_claim;
+
 use crate::ledger::FencedLedger;
 
 /// See the module docs.
@@ -98,13 +100,6 @@ impl RunLedger {
         }
         Ok(())
     }
-
-    /// Whether the ledger holds nothing of the claimed run but its claim.
-    pub(crate) async fn is_bare_claim(&self) -> LedgerResult<bool> {
-        Ok(self.inner.run_state(&self.run).await? == RunState::Open
-            && self.inner.rows(&self.run).await?.is_empty()
-            && self.inner.load_checkpoint(&self.run).await?.is_none())
-    }
 }
 
 #[async_trait]
@@ -149,7 +144,7 @@ impl EffectLedger for RunLedger {
     async fn begin_run(&self, run: &RunId) -> LedgerResult<()> {
         match self.counted(self.inner.begin_run(run).await) {
             Err(LedgerError::RunExists { .. })
-                if *run == self.run && self.is_bare_claim().await? =>
+                if *run == self.run && is_bare_claim(&self.inner, run).await? =>
             {
                 Ok(())
             }
