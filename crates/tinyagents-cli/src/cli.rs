@@ -74,6 +74,11 @@ pub(crate) enum Command {
         /// At most this many runs, oldest first.
         #[arg(long, value_name = "N", default_value_t = 1000)]
         limit: u32,
+        /// List the calls in doubt across every run instead: run, call,
+        /// tool, idempotency key, age (what a person looks at to find out
+        /// whether an effect happened).
+        #[arg(long, conflicts_with = "status")]
+        in_doubt: bool,
     },
     /// Prints a run's whole call tree (every segment) from its ledger rows,
     /// its waiting calls, their decisions and its history.

@@ -79,6 +79,45 @@ pub(crate) async fn runs(
     Ok(exit::OK)
 }
 
+/// `tinyagents runs --in-doubt`: every call whose effect is unknown,
+/// across every run, oldest first, with its idempotency key.
+pub(crate) async fn in_doubt(place: Place, json: bool) -> anyhow::Result<u8> {
+    let stores = Stores::open(place, false).await?;
+    let doubts = stores.ledger.in_doubt().await?;
+    if doubts.is_empty() && !json {
+        out(&format!("no call in doubt in {}", stores.place.shown()));
+    } else if !json {
+        out(&format!(
+            "{:<28} {:<10} {:<24} {:<12} {:>10}  IDEMPOTENCY KEY",
+            "RUN", "CALL", "TOOL", "STATUS", "AGE"
+        ));
+    }
+    for doubt in &doubts {
+        let row = &doubt.row;
+        if json {
+            out(&json!({
+                "run_id": row.run_id, "call_id": row.call_id, "tool": row.tool_name,
+                "status": row.status.as_str(), "idempotency_key": doubt.idempotency_key.to_string(),
+                "age_ms": u64::try_from(doubt.age.as_millis()).unwrap_or(u64::MAX),
+                "run_finished": doubt.run_finished, "replay": row.replay,
+            })
+            .to_string());
+        } else {
+            out(&format!(
+                "{:<28} {:<10} {:<24} {:<12} {:>9}s  {}",
+                row.run_id.as_str(),
+                row.call_id.as_str(),
+                row.tool_name,
+                row.status.as_str(),
+                doubt.age.as_secs(),
+                doubt.idempotency_key
+            ));
+        }
+    }
+    stores.close().await?;
+    Ok(exit::OK)
+}
+
 /// Prints `records` (a header first, in text), each with its calls and
 /// those in doubt from the ledger.
 pub(crate) async fn list_runs(

@@ -69,7 +69,8 @@ pub(crate) async fn dispatch(cli: Cli) -> u8 {
             run::recover(run, place(None), how, options).await
         }
         Command::Approve(deciding) => approve::approve(place(None), deciding, cli.json).await,
-        Command::Runs { status, limit } => {
+        Command::Runs { in_doubt: true, .. } => inspect::in_doubt(place(None), cli.json).await,
+        Command::Runs { status, limit, .. } => {
             inspect::runs(place(None), status, *limit, cli.json).await
         }
         Command::Show { run, follow } => inspect::show(place(None), run, *follow, cli.json).await,
