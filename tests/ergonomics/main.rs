@@ -11,6 +11,7 @@ mod agent;
 mod approval;
 mod as_tool;
 mod defaults;
+mod newcomer;
 mod recovery;
 mod tools;
 mod typed;

@@ -103,6 +103,10 @@ commands:
 /// cargo-deny release known to build with the pinned toolchain (1.95).
 const CARGO_DENY_VERSION: &str = "0.20.2";
 
+/// cargo-nextest release known to build with the pinned toolchain (1.95),
+/// installed when missing.
+const CARGO_NEXTEST_VERSION: &str = "0.9.143";
+
 fn main() -> ExitCode {
     let args: Vec<String> = env::args_os()
         .skip(1)
@@ -411,7 +415,7 @@ fn ci_steps() -> Vec<Step> {
             tools: vec![Tool {
                 subcommand: "nextest",
                 krate: "cargo-nextest",
-                version: None,
+                version: Some(CARGO_NEXTEST_VERSION),
             }],
             ..Step::new(
                 "tests",
@@ -475,7 +479,8 @@ fn ci_steps() -> Vec<Step> {
 /// The examples gallery of the facade, each run offline on its scripted
 /// models (with `TINYAGENTS_MODEL` removed, so a developer's real model is
 /// never called by the gate).
-const EXAMPLES: [&str; 8] = [
+const EXAMPLES: [&str; 9] = [
+    "first",
     "quickstart",
     "team",
     "approval",

@@ -22,6 +22,7 @@ use toml::Spanned;
 
 use crate::file::{AgentSection, LimitsSection, Loaded, McpSection, check};
 use crate::script::scripted_model;
+use crate::startup;
 
 /// The tools of a file's MCP servers, connected once per process and
 /// shared by every agent built from the file (a worker builds one set of
@@ -42,14 +43,13 @@ impl Toolbox {
         for name in servers_used(loaded) {
             let section = &loaded.file.mcp[&name];
             let log = logs.join(format!("mcp-{name}.log"));
-            let connected = McpClient::connect(remote(&loaded.dir, &name, section).stderr_to(log))
-                .await
-                .with_context(|| format!("connecting MCP server '{name}' ([mcp.{name}])"));
-            let client = match connected {
+            let server = remote(&loaded.dir, &name, section).stderr_to(log.clone());
+            let client = match McpClient::connect(server).await {
                 Ok(client) => client,
                 Err(error) => {
                     toolbox.close().await;
-                    return Err(error);
+                    let error = anyhow::Error::new(error);
+                    return Err(startup::failure(&name, section, &loaded.dir, &log, &error));
                 }
             };
             for tool in client.tools() {

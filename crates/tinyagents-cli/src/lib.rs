@@ -19,6 +19,7 @@ pub mod exit;
 mod file;
 mod script;
 mod signal;
+mod startup;
 mod store;
 mod telemetry;
 mod view;

@@ -6,7 +6,11 @@ use tinyagents_harness::SuspendedRun;
 use crate::session::SessionError;
 
 /// Why an agent could not be built.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+///
+/// Its `Debug` is its message, with each problem of
+/// [`Invalid`](Self::Invalid) on a line of its own: what `main` prints
+/// when it returns the error.
+#[derive(Clone, PartialEq, thiserror::Error)]
 #[non_exhaustive]
 pub enum BuildError {
     /// The requested id is not among the definitions visible to the user.
@@ -92,6 +96,21 @@ pub enum BuildError {
         /// The harness's error.
         source: TinyAgentsError,
     },
+}
+
+impl std::fmt::Debug for BuildError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Invalid { agent, problems } => {
+                write!(f, "agent '{agent}' could not be built:")?;
+                for problem in problems {
+                    write!(f, "\n  - {problem}")?;
+                }
+                Ok(())
+            }
+            other => write!(f, "{other}"),
+        }
+    }
 }
 
 /// `names` for a message: comma-separated, or "none".

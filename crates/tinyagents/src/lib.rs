@@ -139,9 +139,9 @@ pub mod prelude {
     pub use crate::{anyhow, async_trait, json_schema, schemars, serde, serde_json};
 
     pub use tinyagents_core::{
-        AgentEvent, AgentId, CallId, ChatModel, ChatResponse, LimitBehavior, Message, ModelOptions,
-        PayloadCapture, RunId, RunLimits, RunStatus, TinyAgentsError, ToolCall, ToolControl,
-        ToolReplay, ToolResult, Usage,
+        AgentEvent, AgentId, CallId, ChatModel, ChatResponse, IdempotencyKey, LimitBehavior,
+        Message, ModelOptions, PayloadCapture, RunId, RunLimits, RunStatus, TinyAgentsError,
+        ToolCall, ToolControl, ToolReplay, ToolResult, Usage,
     };
     pub use tinyagents_harness::{
         AgentHarness, AgentRun, ApprovalDecision, EventSink, PendingCall, ResumeOptions, RunHandle,
@@ -158,7 +158,7 @@ pub mod prelude {
     pub use tinyagents_orchestrator::SqliteSessionStore;
     #[cfg(feature = "orchestrator")]
     pub use tinyagents_orchestrator::{
-        Agent, AgentTool, BuildError, RunError, SessionScope, Typed,
+        Agent, AgentTool, BuildError, RunError, SessionScope, Typed, child_run_id,
     };
     pub use tinytools::{
         FnTool, Reconciled, SideEffects, Tool, ToolCallOptions, ToolRunContext, ToolSpec,

@@ -17,10 +17,31 @@ pub enum ToolErrorPolicy {
     EndRun,
 }
 
-/// A set of side-effect classes, for policies that deny by class.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+/// A set of side-effect classes, for policies that deny by class. Its
+/// `Debug` names them: `SideEffects(destructive | payment)`.
+#[derive(Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct SideEffects(u16);
+
+impl std::fmt::Debug for SideEffects {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names = self.names();
+        let known = Self::NAMED
+            .iter()
+            .fold(Self::NONE, |all, (class, _)| all.union(*class));
+        let unknown = self.0 & !known.0;
+        f.write_str("SideEffects(")?;
+        if names.is_empty() && unknown == 0 {
+            f.write_str("none")?;
+        }
+        f.write_str(&names.join(" | "))?;
+        if unknown != 0 {
+            let sep = if names.is_empty() { "" } else { " | " };
+            write!(f, "{sep}{unknown:#x}")?;
+        }
+        f.write_str(")")
+    }
+}
 
 impl SideEffects {
     /// No side effect: the tool only computes or reads.

@@ -1,7 +1,7 @@
 //! Bad agents files: each an error naming the file, the line, the key and
 //! what was expected, with exit code 2, before anything runs.
 
-use crate::support::{Scratch, code, stderr};
+use crate::support::{Scratch, code, stderr, stdout};
 
 const SERVER: &str = r#"
 [mcp.everything]
@@ -135,5 +135,47 @@ fn unreadable_and_bad_files_stop_run_before_it_starts() {
     assert!(
         !scratch.store().join("runs.db").exists(),
         "nothing was recorded"
+    );
+}
+
+/// Issue 34: an MCP server that does not start stops `run` before anything
+/// runs, naming the server, its command, the tail of its stderr and the
+/// log it is in; a missing pinned server of the repository's examples
+/// names the one command that installs it.
+#[test]
+fn a_server_that_does_not_start_is_named_with_its_command_its_stderr_and_the_fix() {
+    let scratch = Scratch::new();
+    let file = scratch.file(
+        "fresh.toml",
+        r#"
+[mcp.everything]
+command = "node"
+args = [".tools/mcp/node_modules/@modelcontextprotocol/server-everything/dist/index.js"]
+
+[agents.a]
+model = "scripted"
+servers = ["everything"]
+script = [{ text = "never" }]
+"#,
+    );
+    let output = scratch.run(&["run", file.to_str().unwrap(), "hello"]);
+    assert_eq!(code(&output), 1, "{}", stdout(&output));
+    let said = stderr(&output);
+    let log = scratch.store().join("mcp-everything.log");
+    for expected in [
+        "MCP server 'everything' ([mcp.everything]) did not start",
+        "command: node .tools/mcp/node_modules/@modelcontextprotocol/server-everything/dist/index.js",
+        &format!("its stderr, last lines of {}", log.display()),
+        "Cannot find module",
+        "run `cargo xtask peers`",
+    ] {
+        assert!(said.contains(expected), "{expected:?} not in:\n{said}");
+    }
+    let runs = scratch.run(&["--json", "runs"]);
+    assert_eq!(code(&runs), 0, "{}", stderr(&runs));
+    assert!(
+        stdout(&runs).is_empty(),
+        "no run was recorded: {}",
+        stdout(&runs)
     );
 }

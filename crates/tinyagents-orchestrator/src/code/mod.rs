@@ -173,6 +173,19 @@ impl Agent {
             .await
     }
 
+    /// [`resume`](Self::resume) with options (its cancellation token), as
+    /// [`start_resume`](Self::start_resume) takes them.
+    pub async fn resume_with(
+        &self,
+        suspended: SuspendedRun,
+        decisions: &[ApprovalDecision],
+        options: ResumeOptions,
+    ) -> Result<AgentRun, RunError> {
+        self.active
+            .resume_with(suspended, decisions, options, &EventSink::none())
+            .await
+    }
+
     /// [`resume`](Self::resume) as a handle.
     pub fn start_resume<'a>(
         &'a self,
@@ -198,6 +211,19 @@ impl Agent {
     pub async fn recover(&self, run_id: &RunId) -> Result<AgentRun, RunError> {
         self.active
             .recover(run_id, ResumeOptions::default(), &EventSink::none())
+            .await
+    }
+
+    /// [`recover`](Self::recover) with options (its cancellation token, and
+    /// the decisions of a resume that was cut short), as
+    /// [`start_recover`](Self::start_recover) takes them.
+    pub async fn recover_with(
+        &self,
+        run_id: &RunId,
+        options: ResumeOptions,
+    ) -> Result<AgentRun, RunError> {
+        self.active
+            .recover(run_id, options, &EventSink::none())
             .await
     }
 
