@@ -43,6 +43,46 @@ fn on(scratch: &Scratch, url: &str, args: &[&str]) -> std::process::Output {
         .unwrap()
 }
 
+/// A worker process, killed when dropped: a test that fails part way
+/// leaves no worker behind (one whose database is gone would retry for
+/// ever).
+struct Reaped(Option<Child>);
+
+impl Reaped {
+    /// Kills it (SIGKILL) and reaps it.
+    fn kill(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Whether it has exited.
+    fn exited(&mut self) -> bool {
+        self.0
+            .as_mut()
+            .is_none_or(|c| c.try_wait().ok().flatten().is_some())
+    }
+
+    /// Waits for it to exit by itself; its JSON lines.
+    fn lines(mut self) -> Vec<Value> {
+        let Some(child) = self.0.take() else {
+            return Vec::new();
+        };
+        let output = child.wait_with_output().unwrap();
+        String::from_utf8_lossy(&output.stdout)
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    }
+}
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
 /// A `tinyagents worker` process over `url`, stopping once idle for
 /// `idle_secs`.
 fn worker(
@@ -51,8 +91,8 @@ fn worker(
     file: &std::path::Path,
     name: &str,
     idle_secs: u32,
-) -> Child {
-    scratch
+) -> Reaped {
+    let child = scratch
         .std_command()
         .env_remove("TINYAGENTS_STORE")
         .args(["--json", "--db", url, "worker"])
@@ -63,7 +103,8 @@ fn worker(
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
-        .unwrap()
+        .unwrap();
+    Reaped(Some(child))
 }
 
 /// Issue 29: `--db` puts the ledger, sessions and run records in
@@ -219,17 +260,7 @@ async fn a_queued_run_is_taken_by_a_worker_decided_from_the_queue_and_finished()
     assert_eq!(payments(scratch.path()), ["acme", "acme-fee"]);
     let shown = stdout(&on(&scratch, &db.url, &["queue", "show", "run-a"]));
     assert!(shown.contains("resume by w1"), "{shown}");
-    busy.kill().unwrap();
-    busy.wait().unwrap();
-}
-
-/// Reads a child's JSON lines once it exits.
-fn lines_of(child: Child) -> Vec<Value> {
-    let output = child.wait_with_output().unwrap();
-    String::from_utf8_lossy(&output.stdout)
-        .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect()
+    busy.kill();
 }
 
 /// Issue 29: four `tinyagents worker` processes on one PostgreSQL run an
@@ -253,7 +284,7 @@ async fn four_worker_processes_finish_every_run_once_when_one_is_killed() {
         );
         assert_eq!(code(&queued), 0, "{}", stderr(&queued));
     }
-    let mut workers: Vec<Child> = (0..4)
+    let mut workers: Vec<Reaped> = (0..4)
         .map(|i| worker(&scratch, &db.url, &file, &format!("w{i}"), 4))
         .collect();
     let deadline = Instant::now() + Duration::from_secs(240);
@@ -265,7 +296,7 @@ async fn four_worker_processes_finish_every_run_once_when_one_is_killed() {
             .filter(|r| r.status == RecordStatus::Completed)
             .count();
         if !killed && done >= RUNS / 4 {
-            workers[0].kill().unwrap();
+            workers[0].kill();
             killed = true;
         }
         if done == RUNS {
@@ -292,8 +323,7 @@ async fn four_worker_processes_finish_every_run_once_when_one_is_killed() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert!(killed);
-    let reports: Vec<Vec<Value>> = workers.drain(1..).map(lines_of).collect();
-    let _ = workers.pop().map(|mut w| w.wait());
+    let reports: Vec<Vec<Value>> = workers.drain(1..).map(Reaped::lines).collect();
     for lines in &reports {
         assert!(
             lines.iter().any(|l| l["type"] == "worker"),
@@ -389,7 +419,7 @@ async fn worker_trial(url: &str, store: &PostgresRunStore, seed: u64) {
     );
     assert_eq!(code(&queued), 0, "seed {seed}: {}", stderr(&queued));
     let id = run.as_str().into();
-    let mut alive: Option<Child> = None;
+    let mut alive: Option<Reaped> = None;
     let mut log: Vec<String> = Vec::new();
     let mut judged_epoch = 0;
     let deadline = Instant::now() + Duration::from_secs(120);
@@ -431,17 +461,13 @@ async fn worker_trial(url: &str, store: &PostgresRunStore, seed: u64) {
                     && let Some(mut w) = alive.take()
                 {
                     tokio::time::sleep(Duration::from_millis(below(3 * delay + 100))).await;
-                    let _ = w.kill();
-                    let _ = w.wait();
+                    w.kill();
                     log.push(format!("worker killed in epoch {}", record.epoch));
                 }
             }
             _ => {}
         }
-        if alive
-            .as_mut()
-            .is_none_or(|w| w.try_wait().ok().flatten().is_some())
-        {
+        if alive.as_mut().is_none_or(Reaped::exited) {
             alive = Some(worker(
                 &scratch,
                 url,
@@ -453,10 +479,7 @@ async fn worker_trial(url: &str, store: &PostgresRunStore, seed: u64) {
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    if let Some(mut w) = alive.take() {
-        let _ = w.kill();
-        let _ = w.wait();
-    }
+    drop(alive);
     let made = payments(scratch.path());
     let unique: BTreeSet<&String> = made.iter().collect();
     assert_eq!(
