@@ -360,6 +360,50 @@ pub fn segment_name(resume: bool, takeover: bool) -> &'static str {
     }
 }
 
+/// The stored text of `run`'s request and the seal of its identity, as a
+/// backend writes a new record.
+pub fn sealed_request(run: &NewRun, key: &SealKey) -> RunStoreResult<(String, String)> {
+    let request = serde_json::to_string(&run.request).map_err(|e| RunStoreError::Unreadable {
+        run: run.run_id.clone(),
+        what: "request",
+        detail: e.to_string(),
+    })?;
+    let seal = Identity {
+        run_id: &run.run_id,
+        agent: &run.agent,
+        file: run.file.as_ref(),
+        session: run.session.as_deref(),
+        request: &request,
+    }
+    .seal(key);
+    Ok((request, seal))
+}
+
+/// The stored text of a history entry of `run`.
+pub fn history_text(run: &RunId, event: &crate::history::RunEvent) -> RunStoreResult<String> {
+    serde_json::to_string(event).map_err(|e| RunStoreError::Unreadable {
+        run: run.clone(),
+        what: "history entry",
+        detail: e.to_string(),
+    })
+}
+
+/// The calls of a suspension still undecided once `decided` are.
+pub fn still_waiting(calls: Vec<WaitingCall>, decided: &[WaitingCall]) -> Vec<WaitingCall> {
+    calls
+        .into_iter()
+        .filter(|c| c.decision.is_none() && !decided.iter().any(|d| d.call_id == c.call_id))
+        .collect()
+}
+
+/// Until when a lease of `lease` taken at `at` runs (ms, as stored).
+pub fn lease_end(at: Timestamp, lease: std::time::Duration) -> i64 {
+    to_i64(
+        at.as_millis()
+            .saturating_add(u64::try_from(lease.as_millis()).unwrap_or(u64::MAX)),
+    )
+}
+
 /// The time stamp of now, by the clock rows are stamped with.
 pub fn now() -> Timestamp {
     Timestamp::now()

@@ -15,7 +15,7 @@ use std::time::Duration;
 use tinyagents_core::RunId;
 use tinyagents_ledger::Timestamp;
 use tinyagents_runs::backend::{
-    ClaimPlan, check_claim, clean, cleaned_hold, to_i64, to_u64, unusable,
+    ClaimPlan, check_claim, clean, cleaned_hold, history_text, lease_end, to_i64, to_u64, unusable,
 };
 use tinyagents_runs::{
     Claim, ClaimFilter, Hold, RecordStatus, RunEvent, RunRecord, RunStoreError, RunStoreResult,
@@ -30,13 +30,6 @@ use super::{PostgresRunStore, Tx, cached, clock, failed};
 const CLAIM_LOCK: i64 = 0x7441_5263;
 
 /// Until when a lease of `lease` taken at `at` runs (ms).
-fn lease_end(at: Timestamp, lease: Duration) -> i64 {
-    to_i64(
-        at.as_millis()
-            .saturating_add(u64::try_from(lease.as_millis()).unwrap_or(u64::MAX)),
-    )
-}
-
 /// Takes `record` for `hold` inside `tx` at `at` (its claim checked by
 /// the caller, its row locked): running under the next epoch, its history
 /// noting the claim, with the decisions of its last suspension.
@@ -58,11 +51,7 @@ pub(super) async fn take(
     let holder = &hold.holder;
     let segment = segment.to_owned();
     let event = RunEvent::Claimed { epoch, segment };
-    let event = serde_json::to_string(&event).map_err(|e| RunStoreError::Unreadable {
-        run: run.clone(),
-        what: "history entry",
-        detail: e.to_string(),
-    })?;
+    let event = history_text(run, &event)?;
     // The claim and its history entry in one statement (one round trip).
     let sql = format!(
         "WITH taken AS (
@@ -127,15 +116,13 @@ async fn fail_taken<C: deadpool_postgres::GenericClient + Sync>(
 ) -> RunStoreResult<()> {
     let operation = "claim runs";
     let text = error.to_string();
-    let event = serde_json::to_string(&RunEvent::Ended {
-        status: RecordStatus::Failed,
-        error: Some(text.clone()),
-    })
-    .map_err(|e| RunStoreError::Unreadable {
-        run: run.clone(),
-        what: "history entry",
-        detail: e.to_string(),
-    })?;
+    let event = history_text(
+        run,
+        &RunEvent::Ended {
+            status: RecordStatus::Failed,
+            error: Some(text.clone()),
+        },
+    )?;
     client
         .execute(
             "WITH failed AS (UPDATE tinyagents_runs SET status = 'failed', error = $2, \

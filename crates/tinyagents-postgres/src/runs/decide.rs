@@ -6,7 +6,9 @@
 //! are serialised there, and the second finds the call decided.
 
 use tinyagents_core::RunId;
-use tinyagents_runs::backend::{check_decisions, decision_record, decision_seal, to_i64};
+use tinyagents_runs::backend::{
+    check_decisions, decision_record, decision_seal, still_waiting, to_i64,
+};
 use tinyagents_runs::{
     Decided, Decision, RecordStatus, RunEvent, RunStoreError, RunStoreResult, WaitingCall,
 };
@@ -79,10 +81,7 @@ pub(super) async fn decide(
             ..call.clone()
         });
     }
-    let undecided: Vec<WaitingCall> = calls
-        .into_iter()
-        .filter(|c| c.decision.is_none() && !decided.iter().any(|d| d.call_id == c.call_id))
-        .collect();
+    let undecided = still_waiting(calls, &decided);
     if undecided.is_empty() {
         tx.execute(
             "UPDATE tinyagents_runs SET status = 'queued', updated_at = $2 WHERE id = $1",

@@ -201,11 +201,7 @@ async fn note(
     at: Timestamp,
     event: &RunEvent,
 ) -> RunStoreResult<()> {
-    let text = serde_json::to_string(event).map_err(|e| RunStoreError::Unreadable {
-        run: run.clone(),
-        what: "history entry",
-        detail: e.to_string(),
-    })?;
+    let text = tinyagents_runs::backend::history_text(run, event)?;
     let operation = "write a run's history";
     let statement = cached(
         tx,

@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use tinyagents_core::RunId;
-use tinyagents_runs::backend::{Identity, cleaned_ending, cleaned_hold, cleaned_run, to_i64};
+use tinyagents_runs::backend::{
+    Identity, cleaned_ending, cleaned_hold, cleaned_run, sealed_request, to_i64,
+};
 use tinyagents_runs::{
     AgentsFile, Claim, ClaimFilter, Decided, Decision, Ending, HistoryEntry, Hold, NewRun,
     RecordStatus, RunEvent, RunQuery, RunRecord, RunStore, RunStoreError, RunStoreResult,
@@ -24,20 +26,7 @@ impl RunStore for PostgresRunStore {
         let hold = hold.as_ref();
         let operation = "create a run";
         let key = &self.key;
-        let request =
-            serde_json::to_string(&run.request).map_err(|e| RunStoreError::Unreadable {
-                run: run.run_id.clone(),
-                what: "request",
-                detail: e.to_string(),
-            })?;
-        let seal = Identity {
-            run_id: &run.run_id,
-            agent: &run.agent,
-            file: run.file.as_ref(),
-            session: run.session.as_deref(),
-            request: &request,
-        }
-        .seal(key);
+        let (request, seal) = sealed_request(&run, key)?;
         let mut client = self.client(operation).await?;
         let tx = client.transaction().await.map_err(failed(operation))?;
         let at = clock(&tx, operation).await?;

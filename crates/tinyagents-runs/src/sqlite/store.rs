@@ -12,7 +12,8 @@ use super::read::{self, storage};
 use crate::approval::{Decided, Decision, WaitingCall};
 use crate::backend::{
     ClaimPlan, Identity, check_claim, check_decisions, cleaned_ending, cleaned_hold, cleaned_run,
-    decision_record, decision_seal, now, to_i64, unusable, waiting_calls_of, waiting_seal,
+    decision_record, decision_seal, history_text, lease_end, now, sealed_request, still_waiting,
+    to_i64, unusable, waiting_calls_of, waiting_seal,
 };
 use crate::error::{RunStoreError, RunStoreResult};
 use crate::history::{HistoryEntry, RunEvent};
@@ -41,24 +42,13 @@ fn note(
     at: Timestamp,
     event: &RunEvent,
 ) -> RunStoreResult<()> {
-    let text = serde_json::to_string(event).map_err(|e| RunStoreError::Unreadable {
-        run: run.clone(),
-        what: "history entry",
-        detail: e.to_string(),
-    })?;
+    let text = history_text(run, event)?;
     tx.execute(
         "INSERT INTO run_history (run_id, at, by, event) VALUES (?1, ?2, ?3, ?4)",
         params![run.as_str(), to_i64(at.as_millis()), by, text],
     )
     .map_err(|e| storage("write a run's history", &e))?;
     Ok(())
-}
-
-fn lease_end(at: Timestamp, lease: Duration) -> i64 {
-    to_i64(
-        at.as_millis()
-            .saturating_add(u64::try_from(lease.as_millis()).unwrap_or(u64::MAX)),
-    )
 }
 
 /// Takes `record` for `hold` inside `tx` (its claim checked by the caller).
@@ -170,20 +160,7 @@ impl SqliteRunStore {
                 run: run.run_id.clone(),
             });
         }
-        let request =
-            serde_json::to_string(&run.request).map_err(|e| RunStoreError::Unreadable {
-                run: run.run_id.clone(),
-                what: "request",
-                detail: e.to_string(),
-            })?;
-        let seal = Identity {
-            run_id: &run.run_id,
-            agent: &run.agent,
-            file: run.file.as_ref(),
-            session: run.session.as_deref(),
-            request: &request,
-        }
-        .seal(key);
+        let (request, seal) = sealed_request(run, key)?;
         let at = to_i64(now().as_millis());
         tx.execute(
             "INSERT INTO runs (run_id, agent, file_path, file_sha256, session, request, seal,
@@ -625,10 +602,7 @@ impl RunStore for SqliteRunStore {
                     ..call.clone()
                 });
             }
-            let undecided: Vec<WaitingCall> = calls
-                .into_iter()
-                .filter(|c| c.decision.is_none() && !decided.iter().any(|d| d.call_id == c.call_id))
-                .collect();
+            let undecided = still_waiting(calls, &decided);
             if undecided.is_empty() {
                 tx.execute(
                     "UPDATE runs SET status = 'queued', updated_at = ?2 WHERE run_id = ?1",
