@@ -45,6 +45,7 @@ fn requested(events: &[AgentEvent]) -> Vec<(CallId, String, String)> {
                 call_id,
                 tool,
                 reason,
+                ..
             } => Some((call_id.clone(), tool.clone(), reason.clone())),
             _ => None,
         })
@@ -329,4 +330,49 @@ async fn a_nested_call_that_would_wait_is_refused_without_an_approval_request() 
             .iter()
             .any(|m| matches!(m, Message::Tool { content, .. } if content == "refused: true"))
     );
+}
+
+/// Issue 30: a waiting call's `ApprovalRequested` carries its arguments
+/// only under `tool_io` capture, scrubbed as `ToolStarted`'s are (what the
+/// console's inbox shows); without capture, none.
+#[tokio::test]
+async fn approval_requested_carries_the_arguments_only_under_capture_and_redacted() {
+    use tinyagents::middleware::{REDACTED, RedactionMiddleware, Redactor};
+    for capture in [PayloadCapture::default(), PayloadCapture::all()] {
+        let tool = FnTool::new("deploy", "Deploys.", |s: Service| async move {
+            anyhow::Ok(format!("{} deployed", s.service))
+        })
+        .map_spec(|spec| spec.approval_required());
+        let model =
+            ScriptedModel::tool_call("deploy", json!({"service": "billing", "token": "s3cret"}));
+        let mut builder = AgentHarness::builder(Arc::new(ScriptedModel::new([model])))
+            .payload_capture(capture)
+            .middleware(Arc::new(RedactionMiddleware::with_redactor(
+                Redactor::new().with_key("token"),
+            )));
+        builder.register(Arc::new(tool)).unwrap();
+        let harness = builder.build().unwrap();
+        let mut handle = harness.start(RunRequest::new("deploy"));
+        let mut events = Vec::new();
+        while let Some(event) = handle.next_event().await {
+            events.push(event);
+        }
+        assert_eq!(
+            handle.wait().await.unwrap().status,
+            RunStatus::AwaitingApproval
+        );
+        let arguments: Vec<Option<serde_json::Value>> = events
+            .iter()
+            .filter_map(|e| match e {
+                AgentEvent::ApprovalRequested { arguments, .. } => Some(arguments.clone()),
+                _ => None,
+            })
+            .collect();
+        let expected = capture
+            .tool_io
+            .then(|| json!({"service": "billing", "token": REDACTED}));
+        assert_eq!(arguments, [expected], "capture {capture:?}");
+        let all = serde_json::to_string(&events).unwrap();
+        assert!(!all.contains("s3cret"), "{all}");
+    }
 }

@@ -96,7 +96,7 @@ fn refunder_stalling(
     }
 }
 
-async fn setup() -> (TestCluster, PgDatabase, PostgresRunStore) {
+pub(crate) async fn setup() -> (TestCluster, PgDatabase, PostgresRunStore) {
     let cluster = TestCluster::start().unwrap();
     let db = PgDatabase::connect(&cluster.database().await.unwrap())
         .await
@@ -106,7 +106,7 @@ async fn setup() -> (TestCluster, PgDatabase, PostgresRunStore) {
 }
 
 /// Queues `request` for a worker (the refunder's run); its id.
-async fn enqueue(store: &PostgresRunStore, request: &RunRequest) -> RunId {
+pub(crate) async fn enqueue(store: &PostgresRunStore, request: &RunRequest) -> RunId {
     store
         .create(NewRun::new("refunder", request), None)
         .await
@@ -116,14 +116,14 @@ async fn enqueue(store: &PostgresRunStore, request: &RunRequest) -> RunId {
 }
 
 /// A worker named `id` over `factory`, looking for runs every 20 ms.
-fn worker(db: &PgDatabase, id: &str, factory: impl AgentFactory) -> Worker {
+pub(crate) fn worker(db: &PgDatabase, id: &str, factory: impl AgentFactory) -> Worker {
     Worker::new(db, factory)
         .id(id)
         .poll_interval(Duration::from_millis(20))
 }
 
 /// Runs `worker` until `run` is in `wanted`, then stops it.
-async fn until_status(
+pub(crate) async fn until_status(
     store: &PostgresRunStore,
     worker: Worker,
     run: &RunId,

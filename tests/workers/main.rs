@@ -9,6 +9,7 @@
 mod agent;
 mod faults;
 mod fleet;
+mod journal;
 mod lifecycle;
 
 use std::sync::Arc;

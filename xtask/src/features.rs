@@ -1,5 +1,5 @@
 //! The cargo features of the facade (`openai`, `anthropic`, `sqlite`,
-//! `orchestrator`, `mcp`, `otel`, `postgres`): the gate's check that every feature set compiles, and
+//! `orchestrator`, `mcp`, `otel`, `postgres`, `console`): the gate's check that every feature set compiles, and
 //! `cargo xtask build-times`, which measures what the default and the
 //! minimal facade cost to build from clean.
 
@@ -15,7 +15,7 @@ use crate::{Step, cargo, cargo_command, secs};
 /// minimal build (`--no-default-features`); the default build (the first
 /// four) is the clippy step's, whose `--workspace` also builds the crates
 /// of the others.
-pub(crate) const FEATURES: [&str; 7] = [
+pub(crate) const FEATURES: [&str; 8] = [
     "openai",
     "anthropic",
     "sqlite",
@@ -23,6 +23,7 @@ pub(crate) const FEATURES: [&str; 7] = [
     "mcp",
     "otel",
     "postgres",
+    "console",
 ];
 
 /// The crates whose own features the facade's forward to.

@@ -94,10 +94,12 @@ commands:
                  directory, runs the otel example exporting to it, reads the
                  spans back through its REST API and checks the tree
   peers          installs what the tests and examples run against, when
-                 missing: aimock and the MCP servers (npm, into .tools/), tmux
-                 (Debian's package, for the command line's live-view tests)
-                 and PostgreSQL's server (Debian's postgresql, without its
-                 default cluster, for tinyagents-postgres's throwaway ones)
+                 missing: aimock, the MCP servers and playwright-core (npm,
+                 into .tools/), tmux (Debian's package, for the command
+                 line's live-view tests), Chromium (Debian's, for the web
+                 console's tests) and PostgreSQL's server (Debian's
+                 postgresql, without its default cluster, for
+                 tinyagents-postgres's throwaway ones)
   help           this text";
 
 /// cargo-deny release known to build with the pinned toolchain (1.95).
@@ -408,7 +410,9 @@ fn ci_steps() -> Vec<Step> {
             peers: vec![
                 peers::ensure_aimock,
                 peers::ensure_mcp_peers,
+                peers::ensure_browser_driver,
                 peers::ensure_tmux,
+                peers::ensure_chromium,
                 peers::ensure_openssl,
                 peers::ensure_postgres,
             ],

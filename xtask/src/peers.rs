@@ -8,13 +8,18 @@
 //! - in `.tools/mcp`: the reference MCP servers
 //!   `@modelcontextprotocol/server-everything` and `server-filesystem`,
 //!   and the official TypeScript SDK `@modelcontextprotocol/sdk` the MCP
-//!   interop tests' client (`tests/mcp/js/client.mjs`) is written on.
+//!   interop tests' client (`tests/mcp/js/client.mjs`) is written on;
+//! - `playwright-core` in `.tools/browser`: the browser driver (no
+//!   browsers of its own) with which the web console's tests
+//!   (`crates/tinyagents-cli/tests/cli/console.spec.mjs`) drive Chromium.
 //!
 //! From Debian's packages, with apt-get, when missing (the distribution's
 //! version, not pinned):
 //!
 //! - tmux, which the command line's live-view tests drive;
 //! - openssl, with which the PostgreSQL TLS tests make a throwaway CA;
+//! - Chromium (`chromium`, at `/usr/bin/chromium`), the browser the web
+//!   console's tests drive;
 //! - PostgreSQL's server (`postgresql`), whose `initdb` and `pg_ctl` the
 //!   `tinyagents-postgres` tests start throwaway clusters with (installed
 //!   without the package's default cluster, which nothing uses).
@@ -37,6 +42,16 @@ pub(crate) const MCP_EVERYTHING_VERSION: &str = "2026.8.31";
 pub(crate) const MCP_FILESYSTEM_VERSION: &str = "2026.8.31";
 /// The official TypeScript MCP SDK (client of the MCP interop tests).
 pub(crate) const MCP_SDK_VERSION: &str = "1.32.2";
+
+/// The browser driver of the web console's tests (Chromium itself is
+/// Debian's, [`ensure_chromium`]).
+pub(crate) const PLAYWRIGHT_CORE_VERSION: &str = "1.65.2";
+
+/// The packages installed into `.tools/browser`.
+const BROWSER_PEERS: [(&str, &str); 1] = [("playwright-core", PLAYWRIGHT_CORE_VERSION)];
+
+/// Where the web console's tests find Chromium.
+const CHROMIUM: &str = "/usr/bin/chromium";
 
 /// The packages installed into `.tools/mcp`, each with its pinned version.
 const MCP_PEERS: [(&str, &str); 3] = [
@@ -141,6 +156,20 @@ pub(crate) fn ensure_mcp_peers() -> Result<(), String> {
     npm_install(&dir, &MCP_PEERS, "the MCP interop tests")
 }
 
+/// Installs the pinned `playwright-core` ([`BROWSER_PEERS`]) into
+/// `.tools/browser` with npm unless it is there already.
+pub(crate) fn ensure_browser_driver() -> Result<(), String> {
+    let dir = root().join(".tools/browser");
+    if all_installed(&dir, &BROWSER_PEERS) {
+        return Ok(());
+    }
+    println!(
+        "playwright-core {PLAYWRIGHT_CORE_VERSION} is missing or of another version: installing it into {}",
+        dir.display()
+    );
+    npm_install(&dir, &BROWSER_PEERS, "the web console's tests")
+}
+
 /// Runs `apt-get` with `args`, noninteractive: no debconf question, and
 /// where a package would ask about a configuration file, the file on disk
 /// is kept.
@@ -193,6 +222,31 @@ pub(crate) fn ensure_openssl() -> Result<(), String> {
         "version",
         "the PostgreSQL TLS tests make their certificates with openssl",
     )
+}
+
+/// Chromium at `/usr/bin/chromium`, which the web console's tests drive
+/// (headless, through `playwright-core`): Debian's `chromium` package when
+/// it is missing.
+pub(crate) fn ensure_chromium() -> Result<(), String> {
+    let present = || {
+        Command::new(CHROMIUM)
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    if present() {
+        return Ok(());
+    }
+    println!("{CHROMIUM} is missing: installing Debian's chromium package with apt-get");
+    let started = Instant::now();
+    apt_install("chromium", "the web console's tests drive Chromium")?;
+    if !present() {
+        return Err(format!(
+            "apt-get installed chromium, but `{CHROMIUM} --version` does not run"
+        ));
+    }
+    println!("installed chromium in {}", secs(started.elapsed()));
+    Ok(())
 }
 
 /// `program` (Debian's package of the same name when `program ARG` does
@@ -349,7 +403,9 @@ pub(crate) fn ensure_postgres() -> Result<(), String> {
 pub(crate) fn ensure_all() -> Result<(), String> {
     ensure_aimock()?;
     ensure_mcp_peers()?;
+    ensure_browser_driver()?;
     ensure_tmux()?;
+    ensure_chromium()?;
     ensure_openssl()?;
     ensure_postgres()
 }

@@ -119,6 +119,24 @@ pub(crate) enum Command {
         /// The agents file.
         file: PathBuf,
     },
+    /// Serves the web console over the store: runs, each run's live call
+    /// tree, the approval inbox, the calls in doubt and the sessions. It
+    /// prints the address to open (with its token) and serves until Ctrl-C.
+    Console {
+        /// Where to listen. A loopback address by default: anything else
+        /// lets other machines reach the console (the token is then all
+        /// that stands in the way, over plain HTTP).
+        #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:8740")]
+        listen: String,
+        /// Who decides and resolves from this console (recorded with each
+        /// decision and finding): `$USER` by default.
+        #[arg(long, value_name = "NAME")]
+        by: Option<String>,
+        /// Leave decided runs for the workers instead of resuming them
+        /// from this console (`tinyagents resume`, in a process of its own).
+        #[arg(long)]
+        leave_to_workers: bool,
+    },
     /// Runs the queued runs of an agents file as a worker: claims them
     /// from the PostgreSQL store (`--db`), holds each under a lease,
     /// recovers runs whose worker died, resumes decided ones; until Ctrl-C.

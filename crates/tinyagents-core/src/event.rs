@@ -128,7 +128,8 @@ pub enum AgentEvent {
     /// A model-issued call waits for a person's decision: the run ends
     /// `AwaitingApproval` after its turn, and its `SuspendedRun` lists the
     /// call. One per waiting call, before the run's end; sent whatever the
-    /// payload capture (it carries no arguments; the reason is redacted).
+    /// payload capture (the reason is redacted; the arguments ride only
+    /// under `PayloadCapture::tool_io`, redacted as `ToolStarted`'s).
     ApprovalRequested {
         /// The waiting call.
         call_id: CallId,
@@ -137,6 +138,9 @@ pub enum AgentEvent {
         /// Why it waits, naming what asked for the approval: the tool's
         /// spec, a policy (by name) or the host's security gate.
         reason: String,
+        /// The call's arguments, redacted, when tool payloads are captured.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        arguments: Option<Value>,
     },
     /// A limit refused work.
     LimitReached {

@@ -6,6 +6,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::json;
@@ -16,7 +17,9 @@ use tinyagents_postgres::{
     PgDatabase, PostgresLedger, PostgresRunStore, PostgresRunStoreOptions, RUN_STORE_SCHEMA_VERSION,
 };
 use tinyagents_runs::conformance::{self, Edit, LONG, hold, new_run};
-use tinyagents_runs::{ClaimFilter, Ending, RecordStatus, RunStore, RunStoreError, SealKey};
+use tinyagents_runs::{
+    ClaimFilter, Ending, RecordStatus, RunStore, RunStoreError, SealKey, SharedRunStore,
+};
 use tokio_postgres::{Client, NoTls};
 
 /// A fresh database of a new cluster, the cluster kept alive by the caller.
@@ -46,6 +49,8 @@ async fn postgres_run_store_conforms() {
     // Opening again migrates nothing, keeps the runs and the key.
     let again = open(&url).await;
     conformance::run_all(&again).await;
+    let shared: SharedRunStore = Arc::new(again);
+    conformance::journal::a_holder_that_lost_its_run_adds_nothing_to_the_journal(shared).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -141,6 +146,15 @@ async fn postgres_run_store_refuses_every_edit_of_a_sealed_part() {
                     )
                     .await
             }
+            Edit::Journal(run, text) => {
+                client
+                    .execute(
+                        "UPDATE tinyagents_run_journal SET event = $2 WHERE seq = \
+                         (SELECT min(seq) FROM tinyagents_run_journal WHERE run_id = $1)",
+                        &[&run.as_str(), &text],
+                    )
+                    .await
+            }
             Edit::State(run) => {
                 // The payload is JSON inside the sealed state's JSON: its
                 // quotes are escaped there. Only a row the text is in counts.
@@ -160,6 +174,7 @@ async fn postgres_run_store_refuses_every_edit_of_a_sealed_part() {
     conformance::tamper::every_sealed_part_refuses_an_edit(&store, &edit).await;
     conformance::tamper::a_workers_claim_fails_an_edited_run_and_takes_the_others(&store, &edit)
         .await;
+    conformance::journal::an_unreadable_journal_entry_reads_back_as_such(&store, &edit).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -264,7 +279,7 @@ async fn a_database_of_the_earlier_queue_is_migrated_and_its_runs_kept_aside() {
         .unwrap()
         .get(0);
     assert_eq!(version, RUN_STORE_SCHEMA_VERSION);
-    assert_eq!(RUN_STORE_SCHEMA_VERSION, 2);
+    assert_eq!(RUN_STORE_SCHEMA_VERSION, 3);
     // The store works over it, and so does a ledger (whose opening brings
     // the same component up to date).
     let run = new_run("after", "go");

@@ -396,6 +396,35 @@ pub fn still_waiting(calls: Vec<WaitingCall>, decided: &[WaitingCall]) -> Vec<Wa
         .collect()
 }
 
+/// Each journal event's time (ms) and JSON text (serde_json escapes a
+/// NUL, so the text holds none).
+pub fn journal_texts(
+    run: &RunId,
+    events: &[crate::journal::NewJournalEvent],
+) -> RunStoreResult<Vec<(i64, String)>> {
+    events
+        .iter()
+        .map(|(at, event)| {
+            let text = serde_json::to_string(event).map_err(|e| RunStoreError::Unreadable {
+                run: run.clone(),
+                what: "journal event",
+                detail: e.to_string(),
+            })?;
+            Ok((to_i64(at.as_millis()), text))
+        })
+        .collect()
+}
+
+/// A stored journal entry: its event, or why its text is not one.
+pub fn journal_entry(seq: u64, at_ms: u64, text: &str) -> crate::journal::JournalEntry {
+    crate::journal::JournalEntry {
+        seq,
+        at: Timestamp::from_millis(at_ms),
+        event: serde_json::from_str(text)
+            .map_err(|e| format!("journal entry {seq} is not an event: {e}")),
+    }
+}
+
 /// Until when a lease of `lease` taken at `at` runs (ms, as stored).
 pub fn lease_end(at: Timestamp, lease: std::time::Duration) -> i64 {
     to_i64(

@@ -20,6 +20,8 @@
 //!   decisions, recover with them), the one answer every host uses, and
 //!   [`HeldLedger`], the ledger a held run writes through.
 //! - [`SealKey`]: what seals the parts that decide what may run.
+//! - [`Journal`]: a run's events kept beside its record (a view for a
+//!   console: model turns, calls, refusals, payloads as captured).
 //!
 //! What it is not: the effect ledger (what each call did, and the calls in
 //! doubt: `EffectLedger::in_doubt`), the session store (conversations), or
@@ -32,6 +34,7 @@ pub mod conformance;
 mod error;
 mod held;
 mod history;
+mod journal;
 mod plan;
 mod record;
 mod seal;
@@ -43,6 +46,9 @@ pub use approval::{Decided, Decision, DecisionRecord, WaitingCall};
 pub use error::{RunStoreError, RunStoreResult};
 pub use held::HeldLedger;
 pub use history::{HistoryEntry, RunEvent};
+pub use journal::{
+    JOURNAL_FLUSH_EVERY, Journal, JournalEntry, NewJournalEvent, drive_journaled, journaled,
+};
 pub use plan::{NextSegment, is_bare_claim, next_segment};
 pub use record::{
     AgentsFile, Claim, ClaimFilter, Ending, Hold, Holder, NewRun, RecordStatus, RunQuery,

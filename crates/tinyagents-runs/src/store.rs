@@ -10,6 +10,7 @@ use tinyagents_core::RunId;
 use crate::approval::{Decided, Decision, WaitingCall};
 use crate::error::RunStoreResult;
 use crate::history::HistoryEntry;
+use crate::journal::{JournalEntry, NewJournalEvent};
 use crate::record::{
     AgentsFile, Claim, ClaimFilter, Ending, Hold, NewRun, RecordStatus, RunQuery, RunRecord,
 };
@@ -116,4 +117,24 @@ pub trait RunStore: Send + Sync + std::fmt::Debug {
 
     /// The run's history, oldest first.
     async fn history(&self, run: &RunId) -> RunStoreResult<Vec<HistoryEntry>>;
+
+    /// Appends `events` to the run's journal (see [`Journal`](crate::Journal)),
+    /// if `epoch` still holds the run; returns false (and writes nothing)
+    /// when another claim took it since.
+    async fn append_journal(
+        &self,
+        run: &RunId,
+        epoch: u64,
+        events: &[NewJournalEvent],
+    ) -> RunStoreResult<bool>;
+
+    /// The run's journal after entry `after` (0: from the start), oldest
+    /// first, at most `limit` entries. An entry whose text is not an event
+    /// is returned as unreadable, not dropped.
+    async fn journal(
+        &self,
+        run: &RunId,
+        after: u64,
+        limit: u32,
+    ) -> RunStoreResult<Vec<JournalEntry>>;
 }

@@ -13,6 +13,8 @@ async fn sqlite_run_store_conforms() {
         .await
         .unwrap();
     conformance::run_all(&store).await;
+    let shared: tinyagents_runs::SharedRunStore = std::sync::Arc::new(store);
+    conformance::journal::a_holder_that_lost_its_run_adds_nothing_to_the_journal(shared).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -63,6 +65,11 @@ async fn sqlite_run_store_refuses_every_edit_of_a_sealed_part() {
                     "UPDATE waiting_calls SET approved = 1 WHERE run_id = ?1 AND call_id = ?2",
                     (run.as_str(), call),
                 ),
+                Edit::Journal(run, text) => conn.execute(
+                    "UPDATE run_journal SET event = ?2 WHERE seq = \
+                     (SELECT min(seq) FROM run_journal WHERE run_id = ?1)",
+                    (run.as_str(), text),
+                ),
                 Edit::State(run) => conn.execute(
                     "UPDATE runs SET suspended = replace(suspended, '\\\"amount\\\":120', '\\\"amount\\\":920') WHERE run_id = ?1",
                     [run.as_str()],
@@ -75,6 +82,7 @@ async fn sqlite_run_store_refuses_every_edit_of_a_sealed_part() {
     conformance::tamper::every_sealed_part_refuses_an_edit(&store, &edit).await;
     conformance::tamper::a_workers_claim_fails_an_edited_run_and_takes_the_others(&store, &edit)
         .await;
+    conformance::journal::an_unreadable_journal_entry_reads_back_as_such(&store, &edit).await;
 }
 
 #[tokio::test]

@@ -62,6 +62,7 @@ async fn main() -> Result<(), Error> {
             call_id,
             tool,
             reason,
+            ..
         } = event
         {
             println!("{call_id} waits: {tool}: {reason}");

@@ -54,6 +54,7 @@
 //! | `mcp` | MCP servers' tools as tools (`McpClient`), agents and tools served over MCP (`McpServer`); feature `mcp` |
 //! | `otel` | OpenTelemetry export of the run's GenAI spans over OTLP (`Export`, `layer`); feature `otel` |
 //! | `postgres` | the ledger, the session store and the run store on PostgreSQL (`PgDatabase`), and workers that lease runs; feature `postgres` |
+//! | `console` | the web console (`Console`): runs, the live call tree, the approval inbox, calls in doubt, sessions, as an axum router; feature `console` |
 //!
 //! A tool's argument type needs `Deserialize` and `JsonSchema`:
 //! [`#[json_schema]`](json_schema) derives both (and `Serialize`) through
@@ -71,6 +72,7 @@
 //! | `mcp` | no | the `mcp` module: MCP both ways, on rmcp (implies `orchestrator`) |
 //! | `otel` | no | the `otel` module: OTLP export (HTTP/protobuf, gRPC) of the spans, on opentelemetry 0.33 |
 //! | `postgres` | no | the `postgres` module: ledger, sessions and leased runs on PostgreSQL, on tokio-postgres and deadpool-postgres (implies `orchestrator`) |
+//! | `console` | no | the `console` module: the web console over the stores, on axum (implies `orchestrator`) |
 //!
 //! With `default-features = false` the crate is the core, the tools, the
 //! middleware, the ledger's memory store and the harness with
@@ -91,6 +93,9 @@ pub use tinyagents_models::ScriptedModel;
 #[doc(inline)]
 pub use tinytools::{FnTool, Tool, ToolSpec};
 
+#[cfg(feature = "console")]
+#[doc(inline)]
+pub use tinyagents_console as console;
 #[doc(inline)]
 pub use tinyagents_core as core;
 #[doc(inline)]

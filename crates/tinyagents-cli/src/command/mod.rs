@@ -2,6 +2,7 @@
 
 mod approve;
 mod check;
+mod console;
 mod hold;
 mod inspect;
 mod prompt;
@@ -77,6 +78,7 @@ pub(crate) async fn dispatch(cli: Cli) -> u8 {
         Command::Sessions { id } => inspect::sessions(place(None), id.as_deref(), cli.json).await,
         Command::Check { file } => check::check(file, &cli).await,
         Command::Worker { .. } => worker::worker(&cli).await,
+        Command::Console { .. } => console::console(&cli, place(None)).await,
         Command::Queue { command } => queue::queue(place(None), command, cli.json).await,
     };
     match result {

@@ -14,7 +14,10 @@ use tinyagents::harness::SuspendedRun;
 use tinyagents::ledger::SharedLedger;
 use tinyagents::orchestrator::{Agent, RunError, SessionScope};
 use tinyagents::prelude::{AgentRun, ResumeOptions, RunHandle, RunStatus};
-use tinyagents::runs::{Claim, Decision, Ending, Hold, NextSegment, RecordStatus, next_segment};
+use tinyagents::runs::{
+    Claim, Decision, Ending, Hold, JOURNAL_FLUSH_EVERY, Journal, NextSegment, RecordStatus,
+    next_segment,
+};
 
 use super::hold::Keeper;
 use super::prompt;
@@ -145,6 +148,7 @@ impl Runner<'_> {
             cancel: Some(stop.clone()),
             decisions,
         };
+        let journal = &mut Journal::new(Arc::clone(&self.stores.runs), run_id.clone(), claim.epoch);
         match next {
             NextSegment::Start(request) => {
                 let request = request.with_cancellation(stop.clone());
@@ -152,15 +156,15 @@ impl Runner<'_> {
                     Some(scope) => agent.start_in_session(scope, request),
                     None => agent.start(request),
                 };
-                drive(handle, self.watch, self.interrupt).await
+                drive(handle, self.watch, self.interrupt, journal).await
             }
             NextSegment::Resume { state, decisions } => {
                 let handle = agent.start_resume(*state, &decisions, options(Vec::new()));
-                drive(handle, self.watch, self.interrupt).await
+                drive(handle, self.watch, self.interrupt, journal).await
             }
             NextSegment::Recover { decisions } => {
                 let handle = agent.start_recover(run_id, options(decisions));
-                drive(handle, self.watch, self.interrupt).await
+                drive(handle, self.watch, self.interrupt, journal).await
             }
             // Handled by the caller before a segment starts.
             NextSegment::Finished => Err(RunError::Run {
@@ -301,15 +305,21 @@ impl Runner<'_> {
     }
 }
 
-/// Shows `handle`'s events until its run ends; the first Ctrl-C cancels
-/// it (the run's token is a child of the interrupt's) and says so.
+/// Shows `handle`'s events until its run ends, and keeps them in the run's
+/// journal (written every `JOURNAL_FLUSH_EVERY` and at the end); the first
+/// Ctrl-C cancels it (the run's token is a child of the interrupt's) and
+/// says so.
 pub(crate) async fn drive(
     mut handle: RunHandle<'_, RunError>,
     watch: &mut Watch,
     interrupt: &Interrupt,
+    journal: &mut Journal,
 ) -> Result<AgentRun, RunError> {
     let mut tick = tokio::time::interval(Duration::from_millis(100));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    let mut flush = tokio::time::interval(JOURNAL_FLUSH_EVERY);
+    flush.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    let mut warned = false;
     let mut told = interrupt.fired();
     if told {
         handle.cancellation().cancel();
@@ -317,10 +327,14 @@ pub(crate) async fn drive(
     loop {
         tokio::select! {
             event = handle.next_event() => match event {
-                Some(event) => watch.event(&event),
+                Some(event) => {
+                    journal.record(&event);
+                    watch.event(&event);
+                }
                 None => break,
             },
             _ = tick.tick(), if watch.mode() == Mode::Live => watch.tick(),
+            _ = flush.tick() => journal_flush(journal, watch, &mut warned).await,
             () = interrupt.wait(), if !told => {
                 told = true;
                 handle.cancellation().cancel();
@@ -328,7 +342,20 @@ pub(crate) async fn drive(
             }
         }
     }
+    journal_flush(journal, watch, &mut warned).await;
     handle.wait().await
+}
+
+/// Writes the journal; the first error is said (the run goes on: the
+/// journal is a view).
+async fn journal_flush(journal: &mut Journal, watch: &mut Watch, warned: &mut bool) {
+    if let Err(error) = journal.flush().await
+        && !std::mem::replace(warned, true)
+    {
+        watch.note(&format!(
+            "warning: the run's journal could not be written: {error}"
+        ));
+    }
 }
 
 /// The exit code for a run's end.

@@ -240,6 +240,7 @@ impl Tree {
                 call_id,
                 tool,
                 reason,
+                ..
             } => {
                 let key = format!("call:{call_id}");
                 let id = match self.find(scope, &key) {

@@ -2,11 +2,13 @@
 //! real `server-everything`, runs that wait for approval and are approved
 //! and resumed in other processes, a killed run recovered, bad files, the
 //! JSON lines, sessions, Ctrl-C, the live view in a real terminal (tmux),
-//! the run store's approvals, seals and crash campaign, and the command
-//! line on PostgreSQL (`--db`, `queue`, `worker`).
+//! the run store's approvals, seals and crash campaign, the command line
+//! on PostgreSQL (`--db`, `queue`, `worker`), and the web console in a
+//! real browser (`console`).
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 mod approval;
+mod console_browser;
 mod crash;
 mod decisions;
 mod files;

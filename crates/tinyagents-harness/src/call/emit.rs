@@ -169,11 +169,19 @@ impl ToolEvents {
         if !self.is_active() {
             return;
         }
+        let arguments = self.capture.then(|| {
+            if planted(Mutation::UnredactedEvents) {
+                call.arguments.clone()
+            } else {
+                self.redaction.arguments(call)
+            }
+        });
         self.sink
             .emit(|| AgentEvent::ApprovalRequested {
                 call_id: call.id.clone(),
                 tool: call.name.clone(),
                 reason: self.redaction.text(reason.to_owned()),
+                arguments,
             })
             .await;
     }

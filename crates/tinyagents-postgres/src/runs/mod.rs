@@ -18,11 +18,13 @@
 //! The tables are in `schema.rs` (component `runs` of `tinyagents_schema`,
 //! [`RUN_STORE_SCHEMA_VERSION`]); reading rows back in `read.rs`; claims,
 //! leases and the runs a worker takes in `claim.rs`; how a segment ends in
-//! `end.rs`; decisions in `decide.rs`; the rest of the trait in `store.rs`.
+//! `end.rs`; decisions in `decide.rs`; journals in `journal.rs`; the rest
+//! of the trait in `store.rs`.
 
 mod claim;
 mod decide;
 mod end;
+mod journal;
 mod read;
 pub(crate) mod schema;
 mod store;
@@ -43,7 +45,7 @@ use crate::migrate::migrate;
 /// The schema version of the run store's tables (component `runs` of
 /// `tinyagents_schema`) this build writes. Version 1 was the earlier
 /// build's runs queue; a database at version 1 is migrated, its runs kept
-/// aside in `tinyagents_runs_v1`, unread.
+/// aside in `tinyagents_runs_v1`, unread. Version 3 added runs' journals.
 pub const RUN_STORE_SCHEMA_VERSION: i64 = schema::MIGRATIONS.len() as i64;
 
 /// How a [`PostgresRunStore`] is opened.

@@ -6,6 +6,8 @@
 //! (`tinyagents_runs::RunStore`): the record of each run with its sealed
 //! identity and suspended state, the calls each suspension waits on with
 //! their decisions, each run's history, and the store's own sealing key.
+//! Version 3 adds each run's journal (`tinyagents_runs::Journal`): the
+//! events its segments emitted, as JSON text.
 //! Its columns are those of the SQLite store's (`tinyagents-runs`,
 //! `src/sqlite/schema.rs`), the run's id named `id` (the ledger's fence
 //! reads `SELECT epoch FROM tinyagents_runs WHERE id = $1 FOR KEY SHARE`).
@@ -144,4 +146,14 @@ pub(crate) const MIGRATIONS: &[&str] = &[
         id INTEGER PRIMARY KEY CHECK (id = 1),
         key BYTEA NOT NULL
     );",
+    // Version 3: runs' journals, the events their holders emitted (a view:
+    // not sealed, an unreadable entry is read back as such).
+    "CREATE TABLE tinyagents_run_journal (
+        seq BIGSERIAL PRIMARY KEY,
+        run_id TEXT COLLATE \"C\" NOT NULL,
+        at BIGINT NOT NULL,
+        -- An AgentEvent, as JSON text.
+        event TEXT NOT NULL
+    );
+    CREATE INDEX tinyagents_run_journal_by_run ON tinyagents_run_journal (run_id, seq);",
 ];

@@ -1,7 +1,7 @@
 //! `RunStore` for [`PostgresRunStore`]: each operation one transaction (or
 //! one statement, for reads). Records are created, read, listed and
 //! counted here, an agents file accepted; claims are in `claim.rs`, ends
-//! in `end.rs`, decisions in `decide.rs`.
+//! in `end.rs`, decisions in `decide.rs`, journals in `journal.rs`.
 
 use std::time::Duration;
 
@@ -11,13 +11,13 @@ use tinyagents_runs::backend::{
     Identity, cleaned_ending, cleaned_hold, cleaned_run, sealed_request, to_i64,
 };
 use tinyagents_runs::{
-    AgentsFile, Claim, ClaimFilter, Decided, Decision, Ending, HistoryEntry, Hold, NewRun,
-    RecordStatus, RunEvent, RunQuery, RunRecord, RunStore, RunStoreError, RunStoreResult,
-    WaitingCall,
+    AgentsFile, Claim, ClaimFilter, Decided, Decision, Ending, HistoryEntry, Hold, JournalEntry,
+    NewJournalEvent, NewRun, RecordStatus, RunEvent, RunQuery, RunRecord, RunStore, RunStoreError,
+    RunStoreResult, WaitingCall,
 };
 
 use super::read;
-use super::{PostgresRunStore, claim, clock, connection, decide, end, failed, note};
+use super::{PostgresRunStore, claim, clock, connection, decide, end, failed, journal, note};
 
 #[async_trait]
 impl RunStore for PostgresRunStore {
@@ -227,5 +227,23 @@ impl RunStore for PostgresRunStore {
     async fn history(&self, run: &RunId) -> RunStoreResult<Vec<HistoryEntry>> {
         let client = self.client("read a run's history").await?;
         read::history(connection(&client), run).await
+    }
+
+    async fn append_journal(
+        &self,
+        run: &RunId,
+        epoch: u64,
+        events: &[NewJournalEvent],
+    ) -> RunStoreResult<bool> {
+        journal::append(self, run, epoch, events).await
+    }
+
+    async fn journal(
+        &self,
+        run: &RunId,
+        after: u64,
+        limit: u32,
+    ) -> RunStoreResult<Vec<JournalEntry>> {
+        journal::read(self, run, after, limit).await
     }
 }

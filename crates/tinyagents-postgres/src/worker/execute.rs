@@ -2,7 +2,8 @@
 //! resumed or recovered as its claim and its ledger say (`next_segment`,
 //! the same answer the command line gets), over the run's fenced ledger,
 //! its end recorded in the run store under the claim's epoch, then the
-//! ledger's finished mark.
+//! ledger's finished mark. Its events are journaled in the run store under
+//! the claim's epoch (`drive_journaled`), for a console to draw.
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
@@ -12,10 +13,14 @@ use futures_util::FutureExt;
 use tinyagents_core::CancellationToken;
 use tinyagents_harness::{AgentHarness, ResumeOptions};
 use tinyagents_ledger::SharedLedger;
-use tinyagents_runs::{Claim, Ending, NextSegment, RunStore as _, next_segment};
+use tinyagents_runs::{
+    Claim, Ending, Journal, NextSegment, RunStore as _, SharedRunStore, drive_journaled,
+    next_segment,
+};
 
 use super::ledger::RunLedger;
 use super::{LeasedRun, Shared};
+use crate::PostgresRunStore;
 
 /// Runs one claimed run to its end, and records the end if the claim still
 /// holds; then the ledger's finished mark of the run, if it asked for one.
@@ -38,12 +43,15 @@ pub(super) async fn execute(shared: Arc<Shared>, claim: Claim, token: Cancellati
     // dying with the run left held.
     let built = std::panic::catch_unwind(AssertUnwindSafe(|| shared.factory.build(&leased)));
     let ending = match built {
-        Ok(Ok(agent)) => AssertUnwindSafe(drive(agent.harness(), &claim, &ledger, &token))
-            .catch_unwind()
-            .await
-            .unwrap_or_else(|panic| Ending::Failed {
-                error: format!("the run panicked: {}", panic_text(panic.as_ref())),
-            }),
+        Ok(Ok(agent)) => {
+            let driven = drive(agent.harness(), &claim, &ledger, &shared.store, &token);
+            AssertUnwindSafe(driven)
+                .catch_unwind()
+                .await
+                .unwrap_or_else(|panic| Ending::Failed {
+                    error: format!("the run panicked: {}", panic_text(panic.as_ref())),
+                })
+        }
         Ok(Err(err)) => Ending::Failed {
             error: format!("the agent factory failed: {err}"),
         },
@@ -85,11 +93,13 @@ pub(super) async fn execute(shared: Arc<Shared>, claim: Claim, token: Cancellati
 }
 
 /// Starts, resumes or recovers the run as its claim and its ledger say
-/// (`next_segment`), and waits for it.
+/// (`next_segment`), and waits for it, its events journaled in `store`
+/// under the claim's epoch.
 async fn drive(
     harness: &AgentHarness,
     claim: &Claim,
     ledger: &RunLedger,
+    store: &PostgresRunStore,
     token: &CancellationToken,
 ) -> Ending {
     let run_id = &claim.record.run_id;
@@ -105,24 +115,27 @@ async fn drive(
             };
         }
     };
+    let mut journal = Journal::new(
+        Arc::new(store.clone()) as SharedRunStore,
+        run_id.clone(),
+        claim.epoch,
+    );
+    // The journal is a view: a write that fails is said, and the run goes on.
+    let unwritten = |error: &tinyagents_runs::RunStoreError| {
+        tracing::warn!(run = %run_id, error = %error, "the run's journal was not written");
+    };
     let result = match next {
         NextSegment::Start(request) => {
-            harness
-                .start(request.with_cancellation(token.clone()))
-                .wait()
-                .await
+            let mut handle = harness.start(request.with_cancellation(token.clone()));
+            drive_journaled(&mut handle, &mut journal, unwritten).await
         }
         NextSegment::Resume { state, decisions } => {
-            harness
-                .start_resume(*state, &decisions, options(Vec::new()))
-                .wait()
-                .await
+            let mut handle = harness.start_resume(*state, &decisions, options(Vec::new()));
+            drive_journaled(&mut handle, &mut journal, unwritten).await
         }
         NextSegment::Recover { decisions } => {
-            harness
-                .start_recover(run_id, options(decisions))
-                .wait()
-                .await
+            let mut handle = harness.start_recover(run_id, options(decisions));
+            drive_journaled(&mut handle, &mut journal, unwritten).await
         }
         NextSegment::Finished => {
             return Ending::Failed {

@@ -4,7 +4,8 @@
 //! Records, queries and claims are in [`records`]; suspensions, decisions
 //! and the approval history in [`approvals`]; leases and workers' claims in
 //! [`leases`]; seals against edits made outside the store in [`tamper`]
-//! (the backend supplies the edits, in its own SQL).
+//! (the backend supplies the edits, in its own SQL); journals in
+//! [`journal`].
 //!
 //! Run [`run_all`] against a fresh store. The checks use their own run ids
 //! (fresh per call), so a store shared with other tests still works,
@@ -14,6 +15,7 @@
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
 pub mod approvals;
+pub mod journal;
 pub mod leases;
 pub mod records;
 pub mod tamper;
@@ -48,6 +50,7 @@ pub async fn run_all(store: &dyn RunStore) {
     leases::renew_extends_only_what_its_owner_still_holds(store).await;
     leases::claim_next_takes_expired_leases_then_queued_runs_each_once(store).await;
     leases::claim_next_takes_only_what_its_filter_admits(store).await;
+    journal::a_journal_keeps_the_holders_events_in_order_and_pages(store).await;
 }
 
 /// A run id no other check uses.

@@ -28,6 +28,9 @@ pub enum Edit {
     /// One character of the sealed state's payload changed (`"amount":120`
     /// becomes `"amount":920`).
     State(RunId),
+    /// The run's first journal entry's text replaced by this (not sealed:
+    /// the journal is a view; an unreadable entry must read back as such).
+    Journal(RunId, String),
 }
 
 /// Each edit is refused when read back: the record, a waiting call, a

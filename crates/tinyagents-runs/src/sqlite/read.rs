@@ -5,9 +5,10 @@ use tinyagents_core::RunId;
 use tinyagents_ledger::Timestamp;
 
 use crate::approval::WaitingCall;
-use crate::backend::{StoredRecord, StoredWaiting, to_u64};
+use crate::backend::{StoredRecord, StoredWaiting, journal_entry, to_i64, to_u64};
 use crate::error::{RunStoreError, RunStoreResult};
 use crate::history::HistoryEntry;
+use crate::journal::JournalEntry;
 use crate::record::RunRecord;
 use crate::seal::SealKey;
 
@@ -203,6 +204,36 @@ pub(super) fn history(conn: &Connection, run: &RunId) -> RunStoreResult<Vec<Hist
             by,
             event,
         });
+    }
+    Ok(out)
+}
+
+/// The journal of `run` after `after`, at most `limit` entries.
+pub(super) fn journal(
+    conn: &Connection,
+    run: &RunId,
+    after: u64,
+    limit: u32,
+) -> RunStoreResult<Vec<JournalEntry>> {
+    let mut statement = conn
+        .prepare_cached(
+            "SELECT seq, at, event FROM run_journal WHERE run_id = ?1 AND seq > ?2
+             ORDER BY seq LIMIT ?3",
+        )
+        .map_err(|e| storage("read a run's journal", &e))?;
+    let rows = statement
+        .query_map(params![run.as_str(), to_i64(after), limit], |row| {
+            Ok((
+                row.get::<_, i64>(0)?,
+                row.get::<_, i64>(1)?,
+                row.get::<_, String>(2)?,
+            ))
+        })
+        .map_err(|e| storage("read a run's journal", &e))?;
+    let mut out = Vec::new();
+    for row in rows {
+        let (seq, at, text) = row.map_err(|e| storage("read a run's journal", &e))?;
+        out.push(journal_entry(to_u64(seq), to_u64(at), &text));
     }
     Ok(out)
 }

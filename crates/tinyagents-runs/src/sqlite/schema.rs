@@ -13,7 +13,7 @@ pub const RUN_STORE_APPLICATION_ID: i32 = 0x7441_5273;
 ///
 /// Version 1 is the command line's `runs.db` of before the run store (no
 /// application id); version 2 keeps that table as `runs_v1`, unread, and
-/// starts the run store beside it.
+/// starts the run store beside it; version 3 adds the runs' journals.
 const MIGRATIONS: &[&str] = &[
     "CREATE TABLE IF NOT EXISTS runs (
         run_id TEXT PRIMARY KEY,
@@ -95,6 +95,14 @@ const MIGRATIONS: &[&str] = &[
         id INTEGER PRIMARY KEY CHECK (id = 1),
         key BLOB NOT NULL
     ) STRICT;",
+    "CREATE TABLE run_journal (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        run_id TEXT NOT NULL,
+        at INTEGER NOT NULL,
+        -- An AgentEvent, JSON text.
+        event TEXT NOT NULL
+    ) STRICT;
+    CREATE INDEX run_journal_by_run ON run_journal (run_id, seq);",
 ];
 
 /// The schema version this build writes.

@@ -12,11 +12,12 @@ use super::read::{self, storage};
 use crate::approval::{Decided, Decision, WaitingCall};
 use crate::backend::{
     ClaimPlan, Identity, check_claim, check_decisions, cleaned_ending, cleaned_hold, cleaned_run,
-    decision_record, decision_seal, history_text, lease_end, now, sealed_request, still_waiting,
-    to_i64, unusable, waiting_calls_of, waiting_seal,
+    decision_record, decision_seal, history_text, journal_texts, lease_end, now, sealed_request,
+    still_waiting, to_i64, unusable, waiting_calls_of, waiting_seal,
 };
 use crate::error::{RunStoreError, RunStoreResult};
 use crate::history::{HistoryEntry, RunEvent};
+use crate::journal::{JournalEntry, NewJournalEvent};
 use crate::record::{
     AgentsFile, Claim, ClaimFilter, Ending, Hold, NewRun, RecordStatus, RunQuery, RunRecord,
 };
@@ -673,6 +674,58 @@ impl RunStore for SqliteRunStore {
         let run = run.clone();
         self.with("read a run's history", move |conn, _| {
             read::history(conn, &run)
+        })
+        .await
+    }
+
+    async fn append_journal(
+        &self,
+        run: &RunId,
+        epoch: u64,
+        events: &[NewJournalEvent],
+    ) -> RunStoreResult<bool> {
+        let run = run.clone();
+        let texts = journal_texts(&run, events)?;
+        self.with("write a run's journal", move |conn, _| {
+            let tx = begin(conn, "write a run's journal")?;
+            let held: Option<i64> = tx
+                .query_row(
+                    "SELECT epoch FROM runs WHERE run_id = ?1",
+                    [run.as_str()],
+                    |row| row.get(0),
+                )
+                .optional()
+                .map_err(|e| storage("write a run's journal", &e))?;
+            if held != Some(to_i64(epoch)) {
+                return Ok(false);
+            }
+            {
+                let mut insert = tx
+                    .prepare_cached(
+                        "INSERT INTO run_journal (run_id, at, event) VALUES (?1, ?2, ?3)",
+                    )
+                    .map_err(|e| storage("write a run's journal", &e))?;
+                for (at, text) in &texts {
+                    insert
+                        .execute(params![run.as_str(), at, text])
+                        .map_err(|e| storage("write a run's journal", &e))?;
+                }
+            }
+            commit(tx, "write a run's journal")?;
+            Ok(true)
+        })
+        .await
+    }
+
+    async fn journal(
+        &self,
+        run: &RunId,
+        after: u64,
+        limit: u32,
+    ) -> RunStoreResult<Vec<JournalEntry>> {
+        let run = run.clone();
+        self.with("read a run's journal", move |conn, _| {
+            read::journal(conn, &run, after, limit)
         })
         .await
     }
