@@ -55,7 +55,7 @@ fn browser_peers() -> (PathBuf, PathBuf) {
 /// A process in a process group of its own, with everything it starts
 /// (the console's resumes and their MCP servers, the browser's helpers):
 /// the whole group is ended when this is dropped, the test passed or not.
-struct Group {
+pub(crate) struct Group {
     child: Child,
 }
 
@@ -93,16 +93,22 @@ impl Drop for Group {
 
 /// `tinyagents console` over a test's store, stopped when dropped (with
 /// the resumes it started).
-struct Console {
+pub(crate) struct Console {
     _group: Group,
     /// The URL it printed, with its token.
-    url: String,
+    pub(crate) url: String,
     /// Where the resumes it starts write their output.
     logs: PathBuf,
 }
 
 impl Console {
     fn start(scratch: &Scratch) -> Self {
+        Self::start_with(scratch, &[])
+    }
+
+    /// A console over `scratch`'s store, with `more` arguments (`--db URL`
+    /// puts it on PostgreSQL).
+    pub(crate) fn start_with(scratch: &Scratch, more: &[&str]) -> Self {
         let mut command = scratch.std_command();
         command
             .arg("--store")
@@ -115,6 +121,7 @@ impl Console {
                 "--by",
                 "alice",
             ])
+            .args(more)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit());

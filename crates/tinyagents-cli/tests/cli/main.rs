@@ -9,6 +9,7 @@
 
 mod approval;
 mod console_browser;
+mod console_postgres;
 mod crash;
 mod decisions;
 mod files;

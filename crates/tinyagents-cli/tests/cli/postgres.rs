@@ -18,12 +18,12 @@ use crate::support::{
 };
 
 /// A database of a cluster of the test's own.
-struct Db {
+pub(crate) struct Db {
     _cluster: TestCluster,
-    url: String,
+    pub(crate) url: String,
 }
 
-async fn database() -> Db {
+pub(crate) async fn database() -> Db {
     let cluster = TestCluster::start().unwrap();
     let url = cluster.database().await.unwrap();
     Db {
@@ -33,7 +33,7 @@ async fn database() -> Db {
 }
 
 /// The binary in `scratch` with `--db url` and `args`.
-fn on(scratch: &Scratch, url: &str, args: &[&str]) -> std::process::Output {
+pub(crate) fn on(scratch: &Scratch, url: &str, args: &[&str]) -> std::process::Output {
     scratch
         .cmd()
         .env_remove("TINYAGENTS_STORE")
@@ -46,11 +46,11 @@ fn on(scratch: &Scratch, url: &str, args: &[&str]) -> std::process::Output {
 /// A worker process, killed when dropped: a test that fails part way
 /// leaves no worker behind (one whose database is gone would retry for
 /// ever).
-struct Reaped(Option<Child>);
+pub(crate) struct Reaped(Option<Child>);
 
 impl Reaped {
     /// Kills it (SIGKILL) and reaps it.
-    fn kill(&mut self) {
+    pub(crate) fn kill(&mut self) {
         if let Some(mut child) = self.0.take() {
             let _ = child.kill();
             let _ = child.wait();
@@ -85,7 +85,7 @@ impl Drop for Reaped {
 
 /// A `tinyagents worker` process over `url`, stopping once idle for
 /// `idle_secs`.
-fn worker(
+pub(crate) fn worker(
     scratch: &Scratch,
     url: &str,
     file: &std::path::Path,
