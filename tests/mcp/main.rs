@@ -7,7 +7,9 @@
 
 mod support;
 
+mod approvals;
 mod faults;
 mod peers;
 mod seams;
 mod served;
+mod trust;

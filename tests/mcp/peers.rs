@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use tinyagents::mcp::McpClient;
+use tinyagents::mcp::{McpClient, Trust};
 use tinyagents::middleware::ToolPolicyMiddleware;
 use tinyagents::orchestrator::OmitReason;
 use tinyagents::prelude::*;
@@ -89,11 +89,12 @@ fn lifecycle(events: &[AgentEvent], call: &CallId) -> (bool, Option<Value>, Opti
     (started, completed, call_failure(events, call.as_str()))
 }
 
-/// Issue requirement: annotations from a peer map to the flags the
-/// policies act on, fail closed when ignored, and the host overrides them.
+/// Issue requirement: annotations from a trusted peer map to the flags the
+/// policies act on, fail closed when ignored or untrusted (the default,
+/// issue 31), and the host overrides them.
 #[tokio::test(flavor = "multi_thread")]
 async fn everything_tools_map_their_annotations() {
-    let client = connect(support::everything_stdio()).await;
+    let client = connect(support::everything_stdio().trust(Trust::Trusted)).await;
     let names = client.tool_names();
     assert!(
         names.iter().all(|n| n.starts_with("everything_")),
@@ -124,19 +125,25 @@ async fn everything_tools_map_their_annotations() {
     assert_eq!(gzip.replay, ToolReplay::Safe);
     client.close().await;
 
-    let ignoring = connect(support::everything_stdio().ignore_annotations()).await;
-    let echo = spec(&ignoring, "everything_echo");
-    assert!(!echo.read_only && !echo.concurrency_safe, "{echo:?}");
-    assert_eq!(
-        echo.side_effects,
-        SideEffects::DESTRUCTIVE | SideEffects::NETWORK_EGRESS
-    );
-    assert_eq!(echo.replay, ToolReplay::Never);
-    ignoring.close().await;
+    for untrusted in [
+        support::everything_stdio().ignore_annotations(),
+        support::everything_stdio(),
+    ] {
+        let ignoring = connect(untrusted).await;
+        let echo = spec(&ignoring, "everything_echo");
+        assert!(!echo.read_only && !echo.concurrency_safe, "{echo:?}");
+        assert_eq!(
+            echo.side_effects,
+            SideEffects::DESTRUCTIVE | SideEffects::NETWORK_EGRESS
+        );
+        assert_eq!(echo.replay, ToolReplay::Never);
+        ignoring.close().await;
+    }
 
     let overridden = support::everything_stdio()
         .override_tool("echo", |s| s.approval_required = true)
-        .prefix(None);
+        .prefix(None)
+        .trust(Trust::Trusted);
     let overridden = connect(overridden).await;
     let names = overridden.tool_names();
     assert!(names.iter().any(|n| n == "echo"), "{names:?}");
@@ -195,7 +202,7 @@ async fn an_agent_calls_everything_through_the_enforced_path_over_http() {
 /// data and the structured content as host-only metadata.
 #[tokio::test(flavor = "multi_thread")]
 async fn images_and_structured_content_become_references_and_metadata() {
-    let client = connect(support::everything_stdio()).await;
+    let client = connect(support::everything_stdio().trust(Trust::Trusted)).await;
     let (run, events) = run(
         &client,
         vec![
@@ -238,7 +245,7 @@ async fn images_and_structured_content_become_references_and_metadata() {
 /// call's progress events, as fractions of the total.
 #[tokio::test(flavor = "multi_thread")]
 async fn server_progress_becomes_progress_events() {
-    let client = connect(support::everything_stdio()).await;
+    let client = connect(support::everything_stdio().trust(Trust::Trusted)).await;
     let (run, events) = run(
         &client,
         vec![
@@ -286,9 +293,11 @@ async fn filesystem() -> (tempfile::TempDir, McpClient, String) {
     let root = dir.path().canonicalize().unwrap();
     let file = root.join("a.txt");
     std::fs::write(&file, "original").unwrap();
+    // The reference server: the host trusts its annotations.
     let server = RemoteServer::stdio("fs", "node")
         .arg(support::filesystem_js())
-        .arg(&root);
+        .arg(&root)
+        .trust(Trust::Trusted);
     let path = file.to_str().unwrap().to_owned();
     (dir, connect(server).await, path)
 }
@@ -353,7 +362,7 @@ async fn without_the_policy_the_filesystem_write_happens() {
 /// egress, so an air-gapped (local-only) agent is not offered it.
 #[tokio::test(flavor = "multi_thread")]
 async fn an_air_gapped_run_omits_open_world_tools() {
-    let client = connect(support::everything_stdio()).await;
+    let client = connect(support::everything_stdio().trust(Trust::Trusted)).await;
     let model = Arc::new(ScriptedModel::new([ChatResponse::text("done")]).recording());
     let agent = Agent::builder("local")
         .model(Arc::clone(&model))
@@ -386,7 +395,7 @@ async fn an_air_gapped_run_omits_open_world_tools() {
 /// initializing).
 #[tokio::test(flavor = "multi_thread")]
 async fn list_changed_from_everything_refreshes_the_catalogue() {
-    let client = connect(support::everything_stdio()).await;
+    let client = connect(support::everything_stdio().trust(Trust::Trusted)).await;
     let generation = tokio::time::timeout(Duration::from_secs(10), client.list_changed_since(1))
         .await
         .expect("a refresh after list_changed");
@@ -401,13 +410,13 @@ async fn list_changed_from_everything_refreshes_the_catalogue() {
 /// whether the client is closed or just dropped.
 #[tokio::test(flavor = "multi_thread")]
 async fn closing_the_client_reaps_the_server_process() {
-    let client = connect(support::everything_stdio()).await;
+    let client = connect(support::everything_stdio().trust(Trust::Trusted)).await;
     let pid = client.process_id().expect("a stdio server's pid");
     assert!(!support::process_gone(pid));
     client.close().await;
     assert!(support::wait_gone(pid).await, "closed: {pid} lives on");
 
-    let client = connect(support::everything_stdio()).await;
+    let client = connect(support::everything_stdio().trust(Trust::Trusted)).await;
     let pid = client.process_id().expect("a stdio server's pid");
     assert!(!support::process_gone(pid));
     drop(client);

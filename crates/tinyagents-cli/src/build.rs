@@ -14,13 +14,13 @@ use std::time::Duration;
 use anyhow::Context as _;
 use tinyagents::core::{ChatModel, PayloadCapture};
 use tinyagents::ledger::SharedLedger;
-use tinyagents::mcp::{McpClient, RemoteServer};
+use tinyagents::mcp::{McpClient, McpError, McpLock, RemoteServer, Trust};
 use tinyagents::middleware::{PlanModeMiddleware, ToolAllowlistMiddleware, ToolPolicyMiddleware};
 use tinyagents::orchestrator::{Agent, AgentBuilder, SessionStore};
 use tinyagents::tools::{SideEffects, Tool};
 use toml::Spanned;
 
-use crate::file::{AgentSection, LimitsSection, Loaded, McpSection, check};
+use crate::file::{AgentSection, LimitsSection, Loaded, McpSection, TrustSetting, check};
 use crate::script::scripted_model;
 use crate::startup;
 
@@ -36,6 +36,16 @@ impl Toolbox {
     /// Connects the MCP servers the main agent's tree uses; a stdio
     /// server's stderr goes to `mcp-NAME.log` in `logs`.
     pub(crate) async fn connect(loaded: &Loaded, logs: &Path) -> anyhow::Result<Self> {
+        let lock = McpLock::read(&lock_path(loaded))?;
+        Self::connect_locked(loaded, logs, lock.as_ref()).await
+    }
+
+    /// Connects the servers of `loaded`, each pinned to `lock` when given.
+    pub(crate) async fn connect_locked(
+        loaded: &Loaded,
+        logs: &Path,
+        lock: Option<&McpLock>,
+    ) -> anyhow::Result<Self> {
         let mut toolbox = Self {
             clients: Vec::new(),
             tools: BTreeMap::new(),
@@ -43,9 +53,21 @@ impl Toolbox {
         for name in servers_used(loaded) {
             let section = &loaded.file.mcp[&name];
             let log = logs.join(format!("mcp-{name}.log"));
-            let server = remote(&loaded.dir, &name, section).stderr_to(log.clone());
+            let mut server = remote(&loaded.dir, &name, section).stderr_to(log.clone());
+            if let Some(lock) = lock {
+                server = server.locked(lock);
+            }
             let client = match McpClient::connect(server).await {
                 Ok(client) => client,
+                Err(error @ McpError::Drift { .. }) => {
+                    toolbox.close().await;
+                    return Err(anyhow::anyhow!(
+                        "{error} ({}); once reviewed, `tinyagents check {} --write-lock` \
+                         pins what the servers list now",
+                        lock_path(loaded).display(),
+                        loaded.identity.path
+                    ));
+                }
                 Err(error) => {
                     toolbox.close().await;
                     let error = anyhow::Error::new(error);
@@ -76,6 +98,16 @@ impl Toolbox {
             built: BTreeMap::new(),
         };
         context.agent(&loaded.main)
+    }
+
+    /// Pins what each connected server lists now in a lock at `path`.
+    pub(crate) fn write_lock(&self, path: &Path) -> anyhow::Result<usize> {
+        let mut lock = McpLock::read(path).ok().flatten().unwrap_or_default();
+        for client in &self.clients {
+            lock.pin(client);
+        }
+        lock.write(path)?;
+        Ok(self.clients.len())
     }
 
     /// Stops the MCP servers.
@@ -136,8 +168,8 @@ fn remote(dir: &Path, name: &str, section: &McpSection) -> RemoteServer {
     if let Some(prefix) = &section.prefix {
         server = server.prefix((!prefix.is_empty()).then_some(prefix.as_str()));
     }
-    if section.ignore_annotations {
-        server = server.ignore_annotations();
+    if section.trust == Some(TrustSetting::Trusted) && !section.ignore_annotations {
+        server = server.trust(Trust::Trusted);
     }
     if let Some(secs) = section.connect_timeout_secs {
         server = server.connect_timeout(Duration::from_secs(secs));
@@ -146,6 +178,11 @@ fn remote(dir: &Path, name: &str, section: &McpSection) -> RemoteServer {
         server = server.request_timeout(Duration::from_secs(secs));
     }
     server
+}
+
+/// The MCP lock of an agents file: `mcp.lock` beside it.
+pub(crate) fn lock_path(loaded: &Loaded) -> std::path::PathBuf {
+    loaded.dir.join("mcp.lock")
 }
 
 struct Context<'l> {

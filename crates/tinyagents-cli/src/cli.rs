@@ -118,6 +118,10 @@ pub(crate) enum Command {
     Check {
         /// The agents file.
         file: PathBuf,
+        /// Pin what its MCP servers list now in `mcp.lock` beside it
+        /// (after reviewing them): later connects fail on any change.
+        #[arg(long)]
+        write_lock: bool,
     },
     /// Serves the web console over the store: runs, each run's live call
     /// tree, the approval inbox, the calls in doubt and the sessions. It

@@ -56,7 +56,7 @@ use tinyagents_core::{
     ToolResult,
 };
 use tinyagents_harness::AgentHarness;
-use tinyagents_mcp::{DEFAULT_MAX_MESSAGE_BYTES, McpClient, RemoteServer};
+use tinyagents_mcp::{DEFAULT_MAX_MESSAGE_BYTES, McpClient, RemoteServer, Trust};
 use tinyagents_models::ScriptedModel;
 use tinytools::{Tool, ToolCallOptions, ToolRunContext, ToolSpec};
 use tokio::io::{ReadHalf, SimplexStream, WriteHalf};
@@ -150,7 +150,8 @@ async fn raw_client() -> RunningService<RoleClient, ()> {
 /// Our client of a fresh echo server, and its one tool.
 async fn mcp_client() -> (McpClient, Arc<dyn Tool>) {
     let (read, write) = serve_echo();
-    let client = McpClient::connect_stream(RemoteServer::stream("bench"), read, write)
+    let server = RemoteServer::stream("bench").trust(Trust::Trusted);
+    let client = McpClient::connect_stream(server, read, write)
         .await
         .unwrap_or_else(|e| panic!("McpClient: {e}"));
     let tool = client

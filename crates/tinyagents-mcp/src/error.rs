@@ -63,4 +63,25 @@ pub enum McpError {
         /// What went wrong.
         message: String,
     },
+    /// A locked server's tools differ from its lock: each difference (a
+    /// changed definition, naming what changed; a tool the lock does not
+    /// name). Nothing of the server is offered.
+    #[error(
+        "MCP server '{server}' does not match its lock: {}; review the server's tools and write the lock again to accept them",
+        changes.join("; ")
+    )]
+    Drift {
+        /// The server.
+        server: String,
+        /// Each difference.
+        changes: Vec<String>,
+    },
+    /// An MCP lock file could not be read or written.
+    #[error("MCP lock {path}: {problem}")]
+    Lock {
+        /// The file.
+        path: String,
+        /// What is wrong.
+        problem: String,
+    },
 }

@@ -85,17 +85,23 @@ async fn main() -> Result<(), Error> {
     if std::env::args().nth(1).as_deref() == Some("serve") {
         return Ok(server()?.serve_stdio().await?);
     }
-    // Over stdio: this program, started again as the server.
-    let desk =
-        McpClient::connect(RemoteServer::stdio("desk", std::env::current_exe()?).arg("serve"))
-            .await?;
+    // Over stdio: this program, started again as the server. Its own
+    // server, so its annotations are facts (another's are claims that
+    // loosen nothing: every tool would count as destructive).
+    let desk = McpClient::connect(
+        RemoteServer::stdio("desk", std::env::current_exe()?)
+            .arg("serve")
+            .trust(Trust::Trusted),
+    )
+    .await?;
     println!("over stdio, tools: {:?}", desk.tool_names());
     show(&coordinate(&desk).await?);
     desk.close().await;
 
     // Over Streamable HTTP: the same server in this process.
     let http = server()?.spawn_http(([127, 0, 0, 1], 0).into()).await?;
-    let desk = McpClient::connect(RemoteServer::http("desk", http.url())).await?;
+    let desk =
+        McpClient::connect(RemoteServer::http("desk", http.url()).trust(Trust::Trusted)).await?;
     println!("over {}:", http.url());
     show(&coordinate(&desk).await?);
     desk.close().await;

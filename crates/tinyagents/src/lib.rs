@@ -156,7 +156,7 @@ pub mod prelude {
     pub use tinyagents_ledger::SqliteLedger;
     pub use tinyagents_ledger::{EffectLedger, MemoryLedger};
     #[cfg(feature = "mcp")]
-    pub use tinyagents_mcp::{McpClient, McpServer, RemoteServer};
+    pub use tinyagents_mcp::{McpClient, McpLock, McpServer, RemoteServer, Trust};
     pub use tinyagents_middleware::{Middleware, SecurityGate, ToolMiddleware, ToolVerdict};
     pub use tinyagents_models::ScriptedModel;
     #[cfg(all(feature = "orchestrator", feature = "sqlite"))]

@@ -90,7 +90,7 @@ impl ToolCallOptions {
     }
 }
 
-/// Progress a long tool reports.
+/// Progress a long tool reports, or a warning it gives.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ToolProgress {
     /// The call reporting.
@@ -99,6 +99,8 @@ pub struct ToolProgress {
     pub fraction: Option<f32>,
     /// What it is doing.
     pub message: String,
+    /// A warning for the run's host (a `Warning` event), not progress.
+    pub warning: bool,
 }
 
 /// Where progress reports go.
@@ -224,6 +226,22 @@ impl ToolRunContext {
                 call_id: self.call_id.clone(),
                 fraction,
                 message: message.into(),
+                warning: false,
+            });
+        }
+    }
+
+    /// Warns the run's host (a `Warning` event): something a person should
+    /// know that is not the call's result, such as a remote tool whose
+    /// definition changed. Best effort, like progress: dropped when nobody
+    /// listens, and for nested calls.
+    pub fn warn(&self, message: impl Into<String>) {
+        if let Some(sink) = &self.progress {
+            sink(ToolProgress {
+                call_id: self.call_id.clone(),
+                fraction: None,
+                message: message.into(),
+                warning: true,
             });
         }
     }

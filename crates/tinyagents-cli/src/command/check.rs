@@ -5,19 +5,31 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use crate::build::Toolbox;
+use crate::build::{Toolbox, lock_path};
 use crate::cli::Cli;
 use crate::exit;
 use crate::file;
 use crate::store::{Place, Stores};
 use crate::view::out;
 
-/// `tinyagents check FILE`.
-pub(crate) async fn check(path: &Path, cli: &Cli) -> anyhow::Result<u8> {
+/// `tinyagents check FILE [--write-lock]`.
+pub(crate) async fn check(path: &Path, write_lock: bool, cli: &Cli) -> anyhow::Result<u8> {
     let loaded = file::load(path)?;
     let place = Place::choose(cli.db.as_deref(), cli.store.as_deref(), Some(&loaded));
     let stores = Stores::open(place, true).await?;
-    let toolbox = Toolbox::connect(&loaded, &stores.logs).await?;
+    let toolbox = if write_lock {
+        // What the servers list now, whatever the old lock said.
+        let toolbox = Toolbox::connect_locked(&loaded, &stores.logs, None).await?;
+        let lock = lock_path(&loaded);
+        let servers = toolbox.write_lock(&lock)?;
+        out(&format!(
+            "pinned the tools of {servers} MCP server(s) in {}",
+            lock.display()
+        ));
+        toolbox
+    } else {
+        Toolbox::connect(&loaded, &stores.logs).await?
+    };
     let built = toolbox.agent(
         &loaded,
         Arc::clone(&stores.ledger),

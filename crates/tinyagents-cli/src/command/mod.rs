@@ -76,7 +76,7 @@ pub(crate) async fn dispatch(cli: Cli) -> u8 {
         }
         Command::Show { run, follow } => inspect::show(place(None), run, *follow, cli.json).await,
         Command::Sessions { id } => inspect::sessions(place(None), id.as_deref(), cli.json).await,
-        Command::Check { file } => check::check(file, &cli).await,
+        Command::Check { file, write_lock } => check::check(file, *write_lock, &cli).await,
         Command::Worker { .. } => worker::worker(&cli).await,
         Command::Console { .. } => console::console(&cli, place(None)).await,
         Command::Queue { command } => queue::queue(place(None), command, cli.json).await,

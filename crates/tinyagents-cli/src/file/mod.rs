@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 pub(crate) use error::{FileError, Source};
 pub(crate) use schema::{
     AgentSection, AgentsFile, LimitsSection, McpSection, Protocol, ScriptStep, ScriptUsage,
+    TrustSetting,
 };
 
 /// A read and checked agents file.

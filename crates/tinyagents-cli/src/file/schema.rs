@@ -116,12 +116,26 @@ pub(crate) struct McpSection {
     /// Treat every tool as unannotated (exclusive, destructive, open-world).
     #[serde(default)]
     pub(crate) ignore_annotations: bool,
+    /// Whether the server's annotations are facts (`trusted`) or claims
+    /// that loosen nothing (`untrusted`, the default).
+    #[serde(default)]
+    pub(crate) trust: Option<TrustSetting>,
     /// Seconds to start, initialize and list its tools (30).
     #[serde(default)]
     pub(crate) connect_timeout_secs: Option<u64>,
     /// Seconds a call may take before it is cancelled (300).
     #[serde(default)]
     pub(crate) request_timeout_secs: Option<u64>,
+}
+
+/// `[mcp.NAME] trust`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum TrustSetting {
+    /// Annotations are facts.
+    Trusted,
+    /// Annotations are claims (the default).
+    Untrusted,
 }
 
 /// `[agents.ID]`.

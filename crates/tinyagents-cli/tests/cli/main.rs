@@ -14,6 +14,7 @@ mod crash;
 mod decisions;
 mod files;
 mod interrupt;
+mod mcp_lock;
 mod postgres;
 mod recover;
 mod run;

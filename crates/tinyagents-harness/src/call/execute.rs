@@ -166,10 +166,14 @@ impl Run<'_> {
         if events.is_active() && !call_id.is_nested() {
             let sink = events.clone();
             let progress: ProgressSink = Arc::new(move |p| {
-                sink.try_emit(AgentEvent::ToolProgress {
-                    call_id: p.call_id,
-                    fraction: p.fraction,
-                    message: p.message,
+                sink.try_emit(if p.warning {
+                    AgentEvent::Warning { message: p.message }
+                } else {
+                    AgentEvent::ToolProgress {
+                        call_id: p.call_id,
+                        fraction: p.fraction,
+                        message: p.message,
+                    }
                 });
             });
             context.with_progress(Some(progress))

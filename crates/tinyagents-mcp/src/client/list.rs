@@ -8,18 +8,23 @@ use rmcp::service::{Peer, RoleClient};
 use serde_json::Value;
 use tinytools::{Tool, ToolRegistry};
 
-use super::state::{Connection, Listed};
+use super::pin::{PinnedTool, UnvettedTool, drift};
+use super::remote::Trust;
+use super::state::{Catalogue, Connection, Listed};
 use super::tool::McpTool;
 use crate::annotations::spec_from_annotations;
 use crate::error::McpError;
 
-/// What a refresh changed, by registered name.
+/// What a refresh (or an acceptance) changed, by registered name.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ToolListChange {
-    /// Tools the server offers now and did not before.
+    /// Tools offered now and not before (listed with a vetted definition).
     pub added: Vec<String>,
-    /// Tools it no longer offers: calls of them fail, naming why.
+    /// Tools no longer offered: calls of them fail, naming why.
     pub removed: Vec<String>,
+    /// Tools listed with a definition the host has not vetted (new, or
+    /// changed since): not offered, their calls refused, until accepted.
+    pub unvetted: Vec<UnvettedTool>,
 }
 
 /// The most pages of tools a server may send: one that pages on past it
@@ -77,10 +82,12 @@ pub(crate) async fn list(
     let mut tools = Vec::with_capacity(listed.len());
     for remote in listed {
         let remote_name = remote.name.to_string();
+        // Untrusted, a server's hints are claims: they loosen nothing.
         let annotations = remote
             .annotations
             .as_ref()
-            .filter(|_| server.trust_annotations);
+            .filter(|_| server.trust == Trust::Trusted);
+        let pin = PinnedTool::of(&remote);
         let mut spec = spec_from_annotations(
             &server.tool_name(&remote_name),
             remote.description.as_deref().unwrap_or_default(),
@@ -96,6 +103,7 @@ pub(crate) async fn list(
             peer.clone(),
             remote_name.clone(),
             spec.clone(),
+            pin.clone(),
         );
         if let Err(source) = registry.register(Arc::new(probe) as Arc<dyn Tool>) {
             return Err(McpError::UnusableTool {
@@ -107,6 +115,7 @@ pub(crate) async fn list(
         tools.push(Listed {
             remote: remote_name,
             spec,
+            pin,
         });
     }
     Ok(tools)
@@ -123,25 +132,97 @@ pub(crate) async fn refresh(
     Ok(install(connection, tools))
 }
 
-/// Makes `tools` the catalogue, returning what changed.
-pub(crate) fn install(connection: &Connection, tools: Vec<Listed>) -> ToolListChange {
-    let offered: HashSet<String> = tools.iter().map(|t| t.remote.clone()).collect();
-    let mut catalogue = connection.catalogue.write();
-    let before: HashSet<&str> = catalogue
+/// Vets the first list: against the server's lock when it is locked (any
+/// difference fails, naming each), else as listed.
+pub(crate) fn vet_first(connection: &Connection, tools: &[Listed]) -> Result<(), McpError> {
+    let server = &connection.server;
+    if let Some(pins) = &server.pins {
+        let listed: Vec<(String, PinnedTool)> = tools
+            .iter()
+            .map(|t| (t.remote.clone(), t.pin.clone()))
+            .collect();
+        let changes = drift(&listed, pins);
+        if !changes.is_empty() {
+            return Err(McpError::Drift {
+                server: server.name.clone(),
+                changes,
+            });
+        }
+    }
+    connection.catalogue.write().vetted = tools
+        .iter()
+        .map(|t| (t.remote.clone(), t.pin.clone()))
+        .collect();
+    Ok(())
+}
+
+/// The tools listed with a definition the host has not vetted.
+pub(crate) fn unvetted(catalogue: &Catalogue) -> Vec<UnvettedTool> {
+    catalogue
         .tools
         .iter()
-        .map(|t| t.spec.name.as_str())
+        .filter(|t| !catalogue.offered.contains(&t.remote))
+        .map(|t| UnvettedTool {
+            name: t.spec.name.clone(),
+            remote: t.remote.clone(),
+            changed: catalogue
+                .vetted
+                .get(&t.remote)
+                .map(|v| t.pin.changes_from(v))
+                .unwrap_or_default(),
+        })
+        .collect()
+}
+
+/// Accepts the listed definitions of the tools named `names` (registered
+/// names; every unvetted tool when empty): offered from now on, with the
+/// spec the new definition maps to.
+pub(crate) fn accept(connection: &Connection, names: &[&str]) -> ToolListChange {
+    let mut catalogue = connection.catalogue.write();
+    let before = offered_names(&catalogue);
+    let chosen: Vec<(String, PinnedTool)> = catalogue
+        .tools
+        .iter()
+        .filter(|t| names.is_empty() || names.contains(&t.spec.name.as_str()))
+        .map(|t| (t.remote.clone(), t.pin.clone()))
         .collect();
-    let now: HashSet<&str> = tools.iter().map(|t| t.spec.name.as_str()).collect();
+    catalogue.vetted.extend(chosen);
+    catalogue.reoffer();
+    let change = difference(&before, &catalogue);
+    drop(catalogue);
+    change
+}
+
+fn offered_names(catalogue: &Catalogue) -> HashSet<String> {
+    catalogue
+        .tools
+        .iter()
+        .filter(|t| catalogue.offered.contains(&t.remote))
+        .map(|t| t.spec.name.clone())
+        .collect()
+}
+
+fn difference(before: &HashSet<String>, catalogue: &Catalogue) -> ToolListChange {
+    let now = offered_names(catalogue);
     let mut change = ToolListChange {
-        added: now.difference(&before).map(|s| (*s).to_owned()).collect(),
-        removed: before.difference(&now).map(|s| (*s).to_owned()).collect(),
+        added: now.difference(before).cloned().collect(),
+        removed: before.difference(&now).cloned().collect(),
+        unvetted: unvetted(catalogue),
     };
     change.added.sort();
     change.removed.sort();
+    change
+}
+
+/// Makes `tools` the catalogue (what the host vetted stays), returning
+/// what changed.
+pub(crate) fn install(connection: &Connection, tools: Vec<Listed>) -> ToolListChange {
+    let mut catalogue = connection.catalogue.write();
+    let before = offered_names(&catalogue);
     catalogue.generation += 1;
-    catalogue.offered = offered;
     catalogue.tools = tools;
+    catalogue.reoffer();
+    let change = difference(&before, &catalogue);
     let generation = catalogue.generation;
     drop(catalogue);
     connection.listed.send_replace(generation);

@@ -2,6 +2,7 @@
 
 mod content;
 mod list;
+mod pin;
 mod process;
 mod progress;
 mod remote;
@@ -19,8 +20,10 @@ use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig
 use tinytools::Tool;
 
 pub use list::ToolListChange;
+pub use pin::{MCP_LOCK_FORMAT, McpLock, PinnedTool, UnvettedTool};
 pub use remote::{
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_REQUEST_TIMEOUT, RemoteServer,
+    Trust,
 };
 
 use self::process::ChildServer;
@@ -158,6 +161,7 @@ impl McpClient {
             message: e.to_string(),
         })?;
         let tools = list::list(&connection, service.peer(), server.connect_timeout).await?;
+        list::vet_first(&connection, &tools)?;
         list::install(&connection, tools);
         Ok(Self {
             connection,
@@ -188,23 +192,26 @@ impl McpClient {
         &self.connection.server.name
     }
 
-    /// The tools the server offers now, to register with a harness or an
-    /// agent. A tool the server stops offering fails its calls with an
-    /// error result naming why; one it starts offering is here from the
-    /// next read.
+    /// The tools the server offers now (listed, with the definition the
+    /// host vetted), to register with a harness or an agent. A tool the
+    /// server stops offering, or whose definition changes, fails its calls
+    /// with an error result and a `Warning` event naming why; a new or
+    /// changed one is offered once the host accepts it
+    /// ([`accept_changes`](Self::accept_changes)).
     pub fn tools(&self) -> Vec<Arc<dyn Tool>> {
         let peer = self.service.peer();
-        self.connection
-            .catalogue
-            .read()
+        let catalogue = self.connection.catalogue.read();
+        catalogue
             .tools
             .iter()
+            .filter(|listed| catalogue.offered.contains(&listed.remote))
             .map(|listed| {
                 Arc::new(McpTool::new(
                     Arc::clone(&self.connection),
                     peer.clone(),
                     listed.remote.clone(),
                     listed.spec.clone(),
+                    listed.pin.clone(),
                 )) as Arc<dyn Tool>
             })
             .collect()
@@ -212,12 +219,41 @@ impl McpClient {
 
     /// The registered names of the tools offered now.
     pub fn tool_names(&self) -> Vec<String> {
-        self.connection
-            .catalogue
-            .read()
+        let catalogue = self.connection.catalogue.read();
+        catalogue
             .tools
             .iter()
+            .filter(|listed| catalogue.offered.contains(&listed.remote))
             .map(|listed| listed.spec.name.clone())
+            .collect()
+    }
+
+    /// The tools the server lists with a definition the host has not
+    /// vetted: new since it connected, or changed since (with what
+    /// changed). None of them is offered, and calls of a changed one are
+    /// refused, until the host accepts them.
+    pub fn unvetted(&self) -> Vec<UnvettedTool> {
+        list::unvetted(&self.connection.catalogue.read())
+    }
+
+    /// Accepts the definitions the server lists now for the tools named
+    /// `names` (registered names; every unvetted tool when empty): they are
+    /// offered from now on, with the spec their definitions map to. Tools
+    /// handed out before keep refusing calls (they were made from the old
+    /// definition): take the tools again ([`tools`](Self::tools)).
+    pub fn accept_changes(&self, names: &[&str]) -> ToolListChange {
+        list::accept(&self.connection, names)
+    }
+
+    /// The pins of the definitions the host has vetted and the server
+    /// still lists, by the server's tool name (what [`McpLock::pin`]
+    /// records).
+    pub fn vetted_pins(&self) -> std::collections::BTreeMap<String, PinnedTool> {
+        let catalogue = self.connection.catalogue.read();
+        catalogue
+            .tools
+            .iter()
+            .filter_map(|t| Some((t.remote.clone(), catalogue.vetted.get(&t.remote)?.clone())))
             .collect()
     }
 

@@ -1,6 +1,6 @@
 //! `RemoteServer`: an MCP server to connect to, and how to treat its tools.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -18,6 +18,28 @@ pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(300);
 /// The largest message the client reads from a stdio server (16 MiB): a
 /// longer line is dropped, and the call it answered fails by its timeout.
 pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
+
+use super::pin::{McpLock, PinnedTool};
+
+/// Whether a server's annotations are facts or claims.
+///
+/// A server's annotations are its word about its tools. Untrusted (the
+/// default), they are claims, and a claim cannot loosen the cautious
+/// reading of a tool: every tool is exclusive, destructive, open-world and
+/// never replayed, whatever its hints say, so a server that lies about a
+/// tool being read-only cannot open plan mode or pass a deny mask. Trusted,
+/// they are read as [`spec_from_annotations`](crate::spec_from_annotations)
+/// says. Either way the host's [`override_tool`](RemoteServer::override_tool)
+/// has the last word.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Trust {
+    /// Annotations are claims: they loosen nothing.
+    #[default]
+    Untrusted,
+    /// Annotations are facts: `readOnlyHint`, `destructiveHint: false`,
+    /// `idempotentHint` and `openWorldHint: false` loosen the spec.
+    Trusted,
+}
 
 /// A host's change to the spec mapped from a tool's annotations.
 pub(crate) type SpecOverride = Arc<dyn Fn(&mut ToolSpec) + Send + Sync>;
@@ -58,7 +80,9 @@ pub struct RemoteServer {
     pub(crate) name: String,
     pub(crate) transport: Transport,
     pub(crate) prefix: Option<String>,
-    pub(crate) trust_annotations: bool,
+    pub(crate) trust: Trust,
+    /// The lock's pins for this server, when it is locked.
+    pub(crate) pins: Option<BTreeMap<String, PinnedTool>>,
     pub(crate) overrides: HashMap<String, SpecOverride>,
     pub(crate) connect_timeout: Duration,
     pub(crate) request_timeout: Duration,
@@ -71,7 +95,8 @@ impl std::fmt::Debug for RemoteServer {
             .field("name", &self.name)
             .field("transport", &self.transport)
             .field("prefix", &self.prefix)
-            .field("trust_annotations", &self.trust_annotations)
+            .field("trust", &self.trust)
+            .field("locked", &self.pins.is_some())
             .field("overrides", &self.overrides.keys().collect::<Vec<_>>())
             .finish_non_exhaustive()
     }
@@ -84,7 +109,8 @@ impl RemoteServer {
             prefix: Some(name.clone()),
             name,
             transport,
-            trust_annotations: true,
+            trust: Trust::Untrusted,
+            pins: None,
             overrides: HashMap::new(),
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
@@ -177,10 +203,28 @@ impl RemoteServer {
 
     /// Ignores the server's annotations: every tool is treated as one
     /// without any (exclusive, destructive, open-world, never replayed),
-    /// before the host's overrides.
+    /// before the host's overrides. The default ([`Trust::Untrusted`]).
     #[must_use]
     pub fn ignore_annotations(mut self) -> Self {
-        self.trust_annotations = false;
+        self.trust = Trust::Untrusted;
+        self
+    }
+
+    /// Takes the server's annotations as facts ([`Trust::Trusted`]) or as
+    /// claims that loosen nothing ([`Trust::Untrusted`], the default).
+    #[must_use]
+    pub fn trust(mut self, trust: Trust) -> Self {
+        self.trust = trust;
+        self
+    }
+
+    /// Pins the server's tools to `lock`: at connect, a tool whose
+    /// definition differs from its pin, or that the lock does not name,
+    /// fails the connect ([`McpError::Drift`](crate::McpError::Drift)); a
+    /// lock that does not name the server pins it to no tool at all.
+    #[must_use]
+    pub fn locked(mut self, lock: &McpLock) -> Self {
+        self.pins = Some(lock.server(&self.name).cloned().unwrap_or_default());
         self
     }
 

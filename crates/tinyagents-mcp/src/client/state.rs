@@ -1,7 +1,7 @@
 //! What a connection shares with its tools and its notification handler:
 //! the catalogue of offered tools, and where each call's progress goes.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use parking_lot::RwLock;
@@ -11,6 +11,7 @@ use rmcp::service::{NotificationContext, RoleClient};
 use tinytools::ToolSpec;
 use tokio::sync::watch;
 
+use super::pin::PinnedTool;
 use super::progress::ProgressRoutes;
 use super::remote::RemoteServer;
 
@@ -19,18 +20,68 @@ use super::remote::RemoteServer;
 pub(crate) struct Catalogue {
     /// Counts the lists read, from 1.
     pub(crate) generation: u64,
-    /// The server's names of the tools it offers.
+    /// The server's names of the tools it offers: listed now, with the
+    /// definition the host vetted.
     pub(crate) offered: HashSet<String>,
-    /// The tools, in the server's order. Kept as specs, not as tools: a
-    /// tool holds the connection, which holds this.
+    /// The tools listed now, in the server's order, vetted or not. Kept as
+    /// specs, not as tools: a tool holds the connection, which holds this.
     pub(crate) tools: Vec<Listed>,
+    /// The definition the host vetted of each tool, by the server's name:
+    /// the first list's (or the lock's), and each change accepted since.
+    pub(crate) vetted: HashMap<String, PinnedTool>,
 }
 
-/// One tool of the list: the server's name and the spec it maps to.
+/// How a tool made from definition `pin` stands now.
+pub(crate) enum Standing {
+    /// Listed, vetted, and the definition it was made from.
+    Current,
+    /// The server no longer lists it.
+    Gone,
+    /// The server lists a definition the host has not vetted: what changed.
+    Unvetted(Vec<&'static str>),
+    /// The host accepted another definition since the tool was made.
+    Stale,
+}
+
+impl Catalogue {
+    /// How a tool of `remote` made from `pin` stands.
+    pub(crate) fn standing(&self, remote: &str, pin: &PinnedTool) -> Standing {
+        let Some(listed) = self.tools.iter().find(|t| t.remote == remote) else {
+            return Standing::Gone;
+        };
+        match self.vetted.get(remote) {
+            None => Standing::Unvetted(Vec::new()),
+            Some(vetted) if vetted.definition != listed.pin.definition => {
+                Standing::Unvetted(listed.pin.changes_from(vetted))
+            }
+            Some(vetted) if vetted.definition != pin.definition => Standing::Stale,
+            Some(_) => Standing::Current,
+        }
+    }
+
+    /// Recomputes what is offered: listed with its vetted definition.
+    pub(crate) fn reoffer(&mut self) {
+        let vetted = &self.vetted;
+        self.offered = self
+            .tools
+            .iter()
+            .filter(|t| {
+                vetted
+                    .get(&t.remote)
+                    .is_some_and(|v| v.definition == t.pin.definition)
+            })
+            .map(|t| t.remote.clone())
+            .collect();
+    }
+}
+
+/// One tool of the list: the server's name, the spec it maps to, and its
+/// definition's pin.
 #[derive(Clone)]
 pub(crate) struct Listed {
     pub(crate) remote: String,
     pub(crate) spec: ToolSpec,
+    pub(crate) pin: PinnedTool,
 }
 
 /// One connection's shared state.
@@ -59,9 +110,9 @@ impl Connection {
         })
     }
 
-    /// Whether the server still offers `remote`.
-    pub(crate) fn offers(&self, remote: &str) -> bool {
-        self.catalogue.read().offered.contains(remote)
+    /// How a tool of `remote` made from `pin` stands now.
+    pub(crate) fn standing(&self, remote: &str, pin: &PinnedTool) -> Standing {
+        self.catalogue.read().standing(remote, pin)
     }
 }
 

@@ -14,7 +14,8 @@ use tinyagents_core::ToolResult;
 use tinytools::{Tool, ToolCallOptions, ToolRunContext, ToolSpec};
 
 use super::content::tool_result;
-use super::state::Connection;
+use super::pin::PinnedTool;
+use super::state::{Connection, Standing};
 
 /// A tool of an MCP server, registered under its prefixed name.
 pub(crate) struct McpTool {
@@ -23,6 +24,8 @@ pub(crate) struct McpTool {
     /// The server's name of the tool.
     remote: String,
     spec: ToolSpec,
+    /// The definition the spec was made from.
+    pin: PinnedTool,
 }
 
 impl McpTool {
@@ -31,12 +34,44 @@ impl McpTool {
         peer: Peer<RoleClient>,
         remote: String,
         spec: ToolSpec,
+        pin: PinnedTool,
     ) -> Self {
         Self {
             connection,
             peer,
             remote,
             spec,
+            pin,
+        }
+    }
+
+    /// Why a call must not be sent, if it must not: the server no longer
+    /// lists the tool, lists a definition the host has not vetted, or the
+    /// host accepted another definition than this tool's.
+    fn refusal(&self) -> Option<String> {
+        let (server, tool) = (self.server(), &self.remote);
+        match self.connection.standing(&self.remote, &self.pin) {
+            Standing::Current => None,
+            Standing::Gone => Some(format!(
+                "MCP server '{server}' no longer offers the tool '{tool}' (its tool list \
+                 changed); the call was not sent"
+            )),
+            Standing::Unvetted(changed) if changed.is_empty() => Some(format!(
+                "MCP server '{server}' lists tool '{tool}' with a definition the host has not \
+                 vetted; the call was not sent (the host accepts it with \
+                 McpClient::accept_changes)"
+            )),
+            Standing::Unvetted(changed) => Some(format!(
+                "MCP server '{server}' changed the {} of tool '{tool}' since the host vetted \
+                 it; the call was not sent, on the old definition or the new, until the host \
+                 accepts the change (McpClient::accept_changes)",
+                changed.join(", ")
+            )),
+            Standing::Stale => Some(format!(
+                "the host accepted a new definition of tool '{tool}' of MCP server '{server}' \
+                 since this tool was made from the old one; the call was not sent (take the \
+                 server's tools again: McpClient::tools)"
+            )),
         }
     }
 
@@ -126,13 +161,11 @@ impl Tool for McpTool {
         opts: ToolCallOptions,
         context: Option<&ToolRunContext>,
     ) -> anyhow::Result<ToolResult> {
-        if !self.connection.offers(&self.remote) {
-            return Ok(ToolResult::error(format!(
-                "MCP server '{}' no longer offers the tool '{}' (its tool list changed); the \
-                 call was not sent",
-                self.server(),
-                self.remote
-            )));
+        if let Some(refusal) = self.refusal() {
+            if let Some(context) = context {
+                context.warn(refusal.clone());
+            }
+            return Ok(ToolResult::error(refusal));
         }
         let arguments = match args {
             Value::Object(map) => map,

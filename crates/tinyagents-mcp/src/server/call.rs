@@ -1,22 +1,28 @@
 //! One MCP call as one run of the server's harness.
 
+use std::collections::HashMap;
+
 use rmcp::model::{
     CallToolRequestParams, CallToolResult, ContentBlock, ErrorData, MetaObject,
     ProgressNotificationParam, ProgressToken,
 };
 use rmcp::service::{Peer, RequestContext, RoleServer};
-use tinyagents_core::{AgentEvent, Message, RunStatus, SessionId};
-use tinyagents_harness::{AgentRun, EventSink, RunRequest};
+use tinyagents_core::{AgentEvent, CallId, Message, RunStatus, SessionId, TinyAgentsError};
+use tinyagents_harness::{AgentRun, ResumeOptions, RunHandle, RunRequest};
 use tinyagents_orchestrator::SessionScope;
+use tokio::sync::SemaphorePermit;
+use tokio_util::sync::CancellationToken;
 
 use super::Served;
+use super::approval::{Approver, Asked, Decided, MAX_APPROVAL_ROUNDS};
 use super::relay::RelayedCall;
 use crate::RUN_ID_META;
 
 /// Runs the call `params` names in a run of its own: the relay issues it,
 /// the harness admits, runs and settles it, and its answer (or why it was
 /// not run) is the MCP result. `session` is the parent of an agent's child
-/// sessions.
+/// sessions. A run suspended for approval is put to the client when it can
+/// be asked ([`Approver`]) and resumed once with the decisions.
 pub(crate) async fn call_tool(
     served: &Served,
     session: &SessionId,
@@ -54,45 +60,134 @@ pub(crate) async fn call_tool(
     .map_err(|e| ErrorData::internal_error(format!("the call could not be relayed: {e}"), None))?;
     // At most `max_concurrent_calls` runs at once; a call cancelled while
     // it waits for its turn never starts.
-    let _turn = tokio::select! {
-        biased;
-        () = context.ct.cancelled() => {
-            return Ok(error_result(format!("the call of '{tool}' was cancelled before it started")));
-        }
-        permit = served.calls.acquire() => permit.map_err(|_| {
-            ErrorData::internal_error("the server is shutting down", None)
-        })?,
+    let Some(turn) = take_turn(served, &context.ct).await? else {
+        return Ok(error_result(format!(
+            "the call of '{tool}' was cancelled before it started"
+        )));
     };
     let mut request = RunRequest::new(input).with_cancellation(context.ct.clone());
     SessionScope::new(session.clone()).write_to(&mut request.properties);
-    let run = match context.meta.get_progress_token() {
-        None => served.harness.run_with(request, &EventSink::none()).await,
-        Some(token) => {
-            let mut progress = Progress {
-                peer: context.peer.clone(),
-                token,
-                sent: 0,
-            };
-            let mut handle = served.harness.start(request);
-            while let Some(event) = handle.next_event().await {
-                if let Some(message) = progress_message(&event) {
-                    progress.send(message).await;
-                }
-            }
-            handle.wait().await
-        }
+    let mut watch = Watch {
+        progress: context.meta.get_progress_token().map(|token| Progress {
+            peer: context.peer.clone(),
+            token,
+            sent: 0,
+        }),
+        asked: HashMap::new(),
     };
+    let mut run = watch.drive(served.harness.start(request)).await;
+    drop(turn);
+    let approver = Approver::for_client(&context, served.request_timeout);
+    let mut rounds = 0;
+    while let (Some(approver), Ok(current)) = (&approver, &mut run) {
+        if current.status != RunStatus::AwaitingApproval {
+            break;
+        }
+        if rounds == MAX_APPROVAL_ROUNDS {
+            let run_id = current.run_id.as_str().to_owned();
+            return Ok(with_run_id(
+                error_result(format!(
+                    "the call of '{tool}' still waits for approval after {MAX_APPROVAL_ROUNDS} \
+                     answers, so it was not run again"
+                )),
+                run_id,
+            ));
+        }
+        let Some(suspended) = current.suspended.take() else {
+            break;
+        };
+        // A person may take a while: the call holds no turn meanwhile.
+        let decisions = match approver.decide(&suspended, &watch.asked).await {
+            Decided::Decisions(decisions) => decisions,
+            Decided::Cancelled => {
+                return Ok(error_result(format!(
+                    "the call of '{tool}' was cancelled while it waited for approval"
+                )));
+            }
+        };
+        let Some(turn) = take_turn(served, &context.ct).await? else {
+            return Ok(error_result(format!(
+                "the call of '{tool}' was cancelled while it waited for approval"
+            )));
+        };
+        // The suspended state is resumed here, once, with decisions made
+        // from it; the harness refuses any second resume of it.
+        let options = ResumeOptions {
+            cancel: Some(context.ct.clone()),
+            ..ResumeOptions::default()
+        };
+        run = watch
+            .drive(served.harness.start_resume(suspended, &decisions, options))
+            .await;
+        drop(turn);
+        rounds += 1;
+    }
     Ok(match run {
         Ok(run) => {
             let run_id = run.run_id.as_str().to_owned();
-            let mut result = answer(&tool, run);
-            let mut meta = serde_json::Map::new();
-            meta.insert(RUN_ID_META.to_owned(), serde_json::Value::from(run_id));
-            result.meta = Some(MetaObject(meta));
-            result
+            with_run_id(answer(&tool, run), run_id)
         }
         Err(error) => error_result(format!("the call of '{tool}' failed: {error}")),
     })
+}
+
+/// A turn among the calls that run at once; `None` when the call was
+/// cancelled while it waited for one.
+async fn take_turn<'s>(
+    served: &'s Served,
+    cancel: &CancellationToken,
+) -> Result<Option<SemaphorePermit<'s>>, ErrorData> {
+    tokio::select! {
+        biased;
+        () = cancel.cancelled() => Ok(None),
+        permit = served.calls.acquire() => permit
+            .map(Some)
+            .map_err(|_| ErrorData::internal_error("the server is shutting down", None)),
+    }
+}
+
+/// Names the server's run of the call in the result's `_meta`.
+fn with_run_id(mut result: CallToolResult, run_id: String) -> CallToolResult {
+    let mut meta = serde_json::Map::new();
+    meta.insert(RUN_ID_META.to_owned(), serde_json::Value::from(run_id));
+    result.meta = Some(MetaObject(meta));
+    result
+}
+
+/// Reads a run's events while it runs (each segment of it, a resume
+/// included): progress for the client, and what the run said of each call
+/// it left waiting.
+struct Watch {
+    progress: Option<Progress>,
+    asked: HashMap<CallId, Asked>,
+}
+
+impl Watch {
+    async fn drive(&mut self, mut handle: RunHandle<'_>) -> Result<AgentRun, TinyAgentsError> {
+        while let Some(event) = handle.next_event().await {
+            if let AgentEvent::ApprovalRequested {
+                call_id,
+                reason,
+                arguments,
+                ..
+            } = &event
+            {
+                self.asked.insert(
+                    call_id.clone(),
+                    Asked {
+                        reason: reason.clone(),
+                        arguments: arguments.clone(),
+                    },
+                );
+            }
+            if let Some(progress) = &mut self.progress
+                && let Some(update) = progress_update(&event)
+            {
+                progress.send(update).await;
+            }
+        }
+        handle.wait().await
+    }
 }
 
 /// The result of a relay run: the call's answer, or why it has none.
@@ -142,8 +237,24 @@ fn error_result(text: String) -> CallToolResult {
     CallToolResult::error(vec![ContentBlock::text(text)])
 }
 
-/// Progress notifications for one call: numbered 1, 2, … so they always
-/// increase, as the protocol requires.
+/// One progress notification: what happened, and how far the served
+/// call is when it says so itself.
+struct Update {
+    message: String,
+    fraction: Option<f32>,
+}
+
+/// Progress notifications for one call. The protocol requires `progress`
+/// to increase with every notification, with or without a `total`, so
+/// `progress` counts the notifications (1, 2, …) whatever they report.
+/// When the served tool itself reports how far it is (a `ToolProgress`
+/// with a fraction), `total` is set so that `progress / total` is that
+/// fraction (a tool counting `k` of `n` steps gives `total = n`). The
+/// alternative, `progress = fraction × 100` of `total = 100`, would break
+/// the rule whenever a fraction repeats or falls, and when notifications
+/// without a fraction (a served agent's work) come between. Without a
+/// fraction, or with a fraction of a nested tool (not the call's own),
+/// `total` is left out: unknown.
 struct Progress {
     peer: Peer<RoleServer>,
     token: ProgressToken,
@@ -151,18 +262,49 @@ struct Progress {
 }
 
 impl Progress {
-    async fn send(&mut self, message: String) {
+    async fn send(&mut self, update: Update) {
         self.sent += 1;
-        let params = ProgressNotificationParam::new(self.token.clone(), f64::from(self.sent))
-            .with_message(message);
+        let progress = f64::from(self.sent);
+        let mut params = ProgressNotificationParam::new(self.token.clone(), progress)
+            .with_message(update.message);
+        if let Some(total) = update.fraction.and_then(|f| total_for(progress, f)) {
+            params = params.with_total(total);
+        }
         // Best effort: a client that went away loses its progress only.
         let _ = self.peer.notify_progress(params).await;
     }
 }
 
+/// The `total` that makes `progress / total` equal `fraction`, to the
+/// thousandth and never below `progress`; none for a fraction that says
+/// nothing (zero, negative, not a number).
+fn total_for(progress: f64, fraction: f32) -> Option<f64> {
+    let fraction = f64::from(fraction);
+    if !fraction.is_finite() || fraction <= 0.0 {
+        return None;
+    }
+    let total = (progress / fraction.min(1.0) * 1000.0).round() / 1000.0;
+    Some(total.max(progress))
+}
+
 /// What a run event tells the MCP client as progress: the served tool's
-/// own progress, and what a served agent does (its model calls and its
-/// tools). The relay's own turns are not news.
+/// own progress (with its fraction), and what a served agent does (its
+/// model calls and its tools). The relay's own turns are not news.
+fn progress_update(event: &AgentEvent) -> Option<Update> {
+    match event {
+        AgentEvent::ToolProgress { fraction, .. } => Some(Update {
+            message: progress_message(event)?,
+            fraction: *fraction,
+        }),
+        AgentEvent::Delegated { .. } => Some(Update {
+            message: progress_message(event)?,
+            fraction: None,
+        }),
+        _ => None,
+    }
+}
+
+/// The text of a progress event, a served agent's named.
 fn progress_message(event: &AgentEvent) -> Option<String> {
     match event {
         AgentEvent::ToolProgress {

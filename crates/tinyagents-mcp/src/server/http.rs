@@ -16,6 +16,9 @@ use super::McpServer;
 use super::handler::Session;
 use crate::error::McpError;
 
+/// The origins Streamable HTTP accepts unless the builder names others.
+const LOOPBACK_ORIGINS: [&str; 3] = ["http://localhost:*", "http://127.0.0.1:*", "http://[::1]:*"];
+
 /// A server serving Streamable HTTP in the background, from
 /// [`McpServer::spawn_http`]. Dropping it does not stop it;
 /// [`shutdown`](Self::shutdown) does.
@@ -56,9 +59,13 @@ impl McpServer {
     /// fires. Each MCP session is a session of the server (an agent's
     /// child sessions are keyed by its id). Requests whose `Host` is not
     /// one of [`McpServerBuilder::http_allowed_hosts`] (loopback names by
-    /// default) are refused, against DNS rebinding.
+    /// default) are refused, against DNS rebinding; requests carrying an
+    /// `Origin` that is not one of
+    /// [`McpServerBuilder::http_allowed_origins`] (loopback origins by
+    /// default) are refused, against pages of other sites.
     ///
     /// [`McpServerBuilder::http_allowed_hosts`]: super::McpServerBuilder::http_allowed_hosts
+    /// [`McpServerBuilder::http_allowed_origins`]: super::McpServerBuilder::http_allowed_origins
     pub async fn serve_http(
         &self,
         listener: TcpListener,
@@ -70,6 +77,16 @@ impl McpServer {
         if let Some(hosts) = &self.shared.allowed_hosts {
             config = config.with_allowed_hosts(hosts.iter().cloned());
         }
+        // The transport requires servers to check `Origin`: a page of
+        // another site must not reach a local server through a browser.
+        let origins = self
+            .shared
+            .allowed_origins
+            .clone()
+            .unwrap_or_else(|| LOOPBACK_ORIGINS.iter().map(|o| (*o).to_owned()).collect());
+        config = config
+            .with_allowed_origins(origins)
+            .enforce_origin_validation();
         let service = StreamableHttpService::new(
             move || Ok(Session::new(Arc::clone(&served))),
             Arc::new(LocalSessionManager::default()),

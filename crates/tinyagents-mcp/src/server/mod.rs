@@ -1,11 +1,13 @@
 //! The server: agents and tools served over MCP, each call a governed run.
 
+mod approval;
 mod call;
 mod handler;
 mod http;
 mod relay;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use rmcp::ServiceExt;
 use rmcp::transport::async_rw::AsyncRwTransport;
@@ -20,6 +22,7 @@ pub use self::http::HttpServer;
 
 use self::handler::Session;
 use self::relay::RelayModel;
+use crate::DEFAULT_REQUEST_TIMEOUT;
 use crate::error::McpError;
 
 /// How many calls a server runs at once unless
@@ -36,9 +39,24 @@ pub const DEFAULT_MAX_CONCURRENT_CALLS: usize = 64;
 /// ledger, policies and gate ([`McpServerBuilder::configure`]), in which
 /// the MCP client takes the model's seat and issues its one call: the call
 /// is admitted, run and settled by the one enforced path. The client's
-/// `notifications/cancelled` cancels the run; a call that needs a person's
-/// approval is answered with an error result, as a nested call is; the MCP
-/// session (and `conversation`) picks an agent's child session.
+/// `notifications/cancelled` cancels the run; the MCP session (and
+/// `conversation`) picks an agent's child session.
+///
+/// A call that needs a person's approval (the tool's spec, a policy, the
+/// gate) asks the MCP client, when it declared the `elicitation`
+/// capability: one `elicitation/create` per waiting call, naming the tool,
+/// why it waits, the run, the call and the SHA-256 of its arguments (the
+/// arguments themselves only when the harness's payload capture shows tool
+/// arguments, redacted as its events are), answered `approve: true` or
+/// not. The decision is built from the suspended run, never from the
+/// client's words: it binds that run, call, tool and arguments hash, and
+/// the run is resumed once with it, so the approved call runs once; a
+/// declined or cancelled elicitation, a refusal and no answer within
+/// [`McpServerBuilder::request_timeout`] deny it. An answer is matched to
+/// its request by its JSON-RPC id, used once: a second answer to the same
+/// request, or one after the time ran out, finds nothing to answer and is
+/// dropped. A client without elicitation gets an error result, as a nested
+/// call does.
 ///
 /// ```no_run
 /// # async fn f(billing: tinyagents_orchestrator::Agent) -> Result<(), tinyagents_mcp::McpError> {
@@ -73,8 +91,14 @@ pub(crate) struct Served {
     pub(crate) session_stores: Vec<Arc<dyn SessionStore>>,
     /// The `Host` values Streamable HTTP accepts; `None`: loopback names.
     pub(crate) allowed_hosts: Option<Vec<String>>,
+    /// The `Origin` values Streamable HTTP accepts; `None`: loopback
+    /// origins.
+    pub(crate) allowed_origins: Option<Vec<String>>,
     /// One permit per call that may run at once, over every session.
     pub(crate) calls: tokio::sync::Semaphore,
+    /// How long the server waits for its client's answer to a request of
+    /// its own (an approval).
+    pub(crate) request_timeout: Duration,
 }
 
 /// Builds an [`McpServer`].
@@ -85,7 +109,9 @@ pub struct McpServerBuilder {
     harness: AgentHarnessBuilder,
     session_stores: Vec<Arc<dyn SessionStore>>,
     allowed_hosts: Option<Vec<String>>,
+    allowed_origins: Option<Vec<String>>,
     max_concurrent_calls: usize,
+    request_timeout: Duration,
 }
 
 impl std::fmt::Debug for McpServerBuilder {
@@ -106,7 +132,9 @@ impl McpServer {
             harness: AgentHarness::builder(RelayModel),
             session_stores: Vec::new(),
             allowed_hosts: None,
+            allowed_origins: None,
             max_concurrent_calls: DEFAULT_MAX_CONCURRENT_CALLS,
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
         }
     }
 
@@ -175,9 +203,10 @@ impl McpServerBuilder {
         self.tool(agent)
     }
 
-    /// Serves a plain tool. One that waits for a person (approval or an
-    /// external tool) is listed and answers every call with an error
-    /// result: an MCP call cannot be deferred.
+    /// Serves a plain tool. One that waits for an external tool is listed
+    /// and answers every call with an error result: an MCP call cannot be
+    /// deferred. One that waits for a person's approval asks the MCP client
+    /// when it can be asked (see [`McpServer`]), and is refused otherwise.
     #[must_use]
     pub fn tool(mut self, tool: impl Tool) -> Self {
         self.harness = self.harness.tool(tool);
@@ -200,6 +229,19 @@ impl McpServerBuilder {
         self
     }
 
+    /// Bounds the wait for the client's answer to a request the server
+    /// sends it, an approval asked by elicitation
+    /// ([`DEFAULT_REQUEST_TIMEOUT`]): no answer in time denies the call,
+    /// and the result says so. The time a person takes is not charged to
+    /// the run's wall clock, and the call gives its turn
+    /// ([`max_concurrent_calls`](Self::max_concurrent_calls)) back while it
+    /// waits. At least 1 ms.
+    #[must_use]
+    pub fn request_timeout(mut self, timeout: Duration) -> Self {
+        self.request_timeout = timeout.max(Duration::from_millis(1));
+        self
+    }
+
     /// The `Host` header values (`example.com`, `example.com:8443`)
     /// Streamable HTTP accepts, instead of the loopback names
     /// (`localhost`, `127.0.0.1`, `::1`) it accepts by default: a server
@@ -210,6 +252,23 @@ impl McpServerBuilder {
         hosts: impl IntoIterator<Item = S>,
     ) -> Self {
         self.allowed_hosts = Some(hosts.into_iter().map(Into::into).collect());
+        self
+    }
+
+    /// The `Origin` header values (`https://app.example.com:443`,
+    /// `http://localhost:*`; `null` for a browser's opaque origin)
+    /// Streamable HTTP accepts from a request that carries one, instead of
+    /// the loopback origins (`http://localhost:*`, `http://127.0.0.1:*`,
+    /// `http://[::1]:*`) it accepts by default. Any other origin is refused
+    /// (403), as the MCP transport requires: a web page must not reach a
+    /// local server. A request without `Origin` (not from a browser) is
+    /// not refused for that.
+    #[must_use]
+    pub fn http_allowed_origins<S: Into<String>>(
+        mut self,
+        origins: impl IntoIterator<Item = S>,
+    ) -> Self {
+        self.allowed_origins = Some(origins.into_iter().map(Into::into).collect());
         self
     }
 
@@ -266,7 +325,9 @@ impl McpServerBuilder {
                 harness,
                 session_stores: self.session_stores,
                 allowed_hosts: self.allowed_hosts,
+                allowed_origins: self.allowed_origins,
                 calls: tokio::sync::Semaphore::new(self.max_concurrent_calls),
+                request_timeout: self.request_timeout,
             }),
         })
     }
