@@ -340,3 +340,39 @@ async fn the_http_server_refuses_a_foreign_origin_and_admits_its_own() {
     );
     http.shutdown().await.unwrap();
 }
+
+/// A lock of the real reference server (`server-everything`) pins each of
+/// its tools and lets it connect again; a lock pinning it under another
+/// server's name refuses it, naming its tools.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_lock_of_the_reference_server_pins_its_tools_and_reconnects() {
+    let first = McpClient::connect(crate::support::everything_stdio())
+        .await
+        .unwrap();
+    let mut lock = McpLock::new();
+    lock.pin(&first);
+    let pinned = lock.server("everything").unwrap().len();
+    assert_eq!(pinned, first.tool_names().len(), "every tool pinned");
+    assert!(lock.server("everything").unwrap().contains_key("echo"));
+    first.close().await;
+    let again = McpClient::connect(crate::support::everything_stdio().locked(&lock))
+        .await
+        .unwrap();
+    assert_eq!(again.tool_names().len(), pinned);
+    assert!(again.unvetted().is_empty());
+    again.close().await;
+    let mut other = McpLock::new();
+    other.servers.insert(
+        "elsewhere".into(),
+        lock.server("everything").unwrap().clone(),
+    );
+    let refused = McpClient::connect(crate::support::everything_stdio().locked(&other))
+        .await
+        .unwrap_err();
+    assert!(
+        refused
+            .to_string()
+            .contains("tool 'echo' is not in the lock"),
+        "{refused}"
+    );
+}
