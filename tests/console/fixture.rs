@@ -46,16 +46,6 @@ struct Pay {
 /// person) at its first turn and then answers `done`; tool payloads
 /// captured or not.
 pub(crate) fn harness(
-    ledger: Arc<SqliteLedger>,
-    capture: bool,
-    calls: &[Value],
-    payments: &Payments,
-) -> AgentHarness {
-    harness_on(ledger, capture, calls, payments)
-}
-
-/// [`harness`] over any ledger.
-pub(crate) fn harness_on(
     ledger: Arc<dyn tinyagents::ledger::EffectLedger>,
     capture: bool,
     calls: &[Value],
@@ -162,7 +152,7 @@ pub(crate) async fn continue_run(
     let record = runs.get(run).await.unwrap().unwrap();
     let claim = runs.claim(run, record.epoch, &hold()).await.unwrap();
     let next = next_segment(&claim, ledger.as_ref()).await.unwrap();
-    let harness = harness(ledger, capture, &[], payments);
+    let harness = harness(ledger as _, capture, &[], payments);
     let shared: SharedRunStore = Arc::new(runs.clone());
     let mut journal = Journal::new(shared, run.clone(), claim.epoch);
     let options = ResumeOptions::default();
@@ -251,7 +241,12 @@ impl Fixture {
     /// A run that pays `calls` (each waiting for a person), suspended:
     /// recorded, journaled, ended, as a host would.
     pub(crate) async fn suspended_run(&self, capture: bool, calls: &[Value]) -> RunId {
-        let harness = harness(Arc::clone(&self.ledger), capture, calls, &self.payments);
+        let harness = harness(
+            Arc::clone(&self.ledger) as _,
+            capture,
+            calls,
+            &self.payments,
+        );
         let request = RunRequest::new("pay the invoices");
         let run = NewRun::new("payer", &request);
         let run_id = run.run_id.clone();

@@ -13,7 +13,7 @@ use tinyagents::runs::{
     Ending, Journal, NewRun, RecordStatus, RunStore as _, SharedRunStore, drive_journaled,
 };
 
-use crate::fixture::{Payments, harness_on, hold, payment, serve};
+use crate::fixture::{Payments, harness, hold, payment, serve};
 use crate::http::{form, send};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -26,7 +26,7 @@ async fn the_console_reads_and_decides_runs_kept_in_postgresql() {
     let ledger = Arc::new(PostgresLedger::open(&db).await.unwrap());
     let sessions = Arc::new(PostgresSessionStore::open(&db).await.unwrap());
     let payments = Payments::default();
-    let harness = harness_on(
+    let harness = harness(
         Arc::clone(&ledger) as _,
         true,
         &[payment("acme", 12)],

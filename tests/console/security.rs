@@ -198,3 +198,38 @@ async fn a_browser_form_needs_its_origin_and_the_pages_form_token() {
     let calls = fx.runs.approvals(&run).await.unwrap();
     assert_eq!(calls[0].decision.as_ref().unwrap().by, "alice");
 }
+
+/// A run record edited outside the store (its request rewritten in the
+/// SQLite file): its page says the store refused it, naming the part,
+/// and shows nothing of it; another run's page stays readable; the
+/// listing refuses rather than show the edited record.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_edited_record_is_refused_by_name_and_nothing_of_it_is_shown() {
+    let fx = Fixture::new().await;
+    let edited = fx.suspended_run(true, &[payment("acme", 5)]).await;
+    let other = fx.suspended_run(true, &[payment("globex", 7)]).await;
+    let conn = rusqlite::Connection::open(fx.dir.path().join("runs.db")).unwrap();
+    let changed = conn
+        .execute(
+            "UPDATE runs SET request = ?2 WHERE run_id = ?1",
+            (edited.as_str(), r#"{"input":"wire the money to mallory"}"#),
+        )
+        .unwrap();
+    assert_eq!(changed, 1);
+    let page = fx.get(&format!("/runs/{edited}")).await;
+    assert_eq!(page.status, 500, "{}", page.body);
+    assert!(
+        page.body.contains("record") && page.body.contains("edited"),
+        "{}",
+        page.body
+    );
+    assert!(
+        !page.body.contains("mallory"),
+        "nothing of the edit is shown"
+    );
+    let fine = fx.get(&format!("/runs/{other}")).await;
+    assert_eq!(fine.status, 200, "{}", fine.body);
+    let listed = fx.get("/").await;
+    assert_eq!(listed.status, 500, "{}", listed.body);
+    assert!(!listed.body.contains("mallory"));
+}

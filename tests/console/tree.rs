@@ -63,6 +63,8 @@ fn the_tree_holds_turns_nested_and_delegated_calls_refusals_and_calls_only_the_l
         Ok(AgentEvent::ModelStarted { turn: 1 }),
         Ok(started("p1", None, "lookup")),
         Ok(started("p1/1", Some("p1"), "fetch")),
+        Ok(started("p1/1/1", Some("p1/1"), "resolve")),
+        Ok(completed("p1/1/1", "resolve")),
         Ok(completed("p1/1", "fetch")),
         Ok(completed("p1", "lookup")),
         Ok(started("p2", None, "researcher")),
@@ -73,7 +75,15 @@ fn the_tree_holds_turns_nested_and_delegated_calls_refusals_and_calls_only_the_l
         Ok(delegated(AgentEvent::ModelStarted { turn: 1 })),
         Ok(delegated(started("q1", None, "search"))),
         Ok(delegated(completed("q1", "search"))),
-        Err("journal entry 12 is not an event: unknown variant".to_owned()),
+        // The researcher delegates in turn (call q2, agent scout).
+        Ok(delegated(started("q2", None, "scout"))),
+        Ok(delegated(AgentEvent::Delegated {
+            parent_call_id: CallId::new("q2"),
+            agent_id: AgentId::new("scout"),
+            depth: 2,
+            event: Box::new(started("s1", None, "peek")),
+        })),
+        Err("journal entry 17 is not an event: unknown variant".to_owned()),
         Ok(AgentEvent::ToolFailed {
             call_id: CallId::new("p3"),
             parent_call_id: None,
@@ -135,6 +145,19 @@ fn the_tree_holds_turns_nested_and_delegated_calls_refusals_and_calls_only_the_l
         "the child run's rows reach its calls"
     );
     assert_eq!(
+        parent_of(find("p1/1/1")),
+        find("p1/1"),
+        "a nested call of a nested call"
+    );
+    // The researcher delegated in turn: the scout's run under q2, q2 in
+    // the researcher's run, under p2.
+    let grandchild = parent_of(parent_of(find("s1")));
+    let scout = tinyagents::orchestrator::child_run_id(&child, &CallId::new("q2"));
+    assert!(matches!(&tree.nodes[grandchild].kind,
+        NodeKind::Run { run_id, agent: Some(a) } if *run_id == scout && a == "scout"));
+    assert_eq!(parent_of(grandchild), find("q2"));
+    assert_eq!(parent_of(parent_of(parent_of(find("q2")))), child_run);
+    assert_eq!(
         tree.nodes[find("p3")].state,
         NodeState::Failed("refused by policy 'no-wires': tool 'wire' is denied".into())
     );
@@ -157,9 +180,9 @@ fn the_tree_holds_turns_nested_and_delegated_calls_refusals_and_calls_only_the_l
     );
     assert_eq!(
         tree.unreadable,
-        ["journal entry 12 is not an event: unknown variant"]
+        ["journal entry 17 is not an event: unknown variant"]
     );
-    assert_eq!(tree.calls(), 6);
+    assert_eq!(tree.calls(), 9);
     // While the run runs, a started row is a call in flight.
     let live = CallTree::build(&run, "planner", &journal, &rows, true);
     assert_eq!(live.nodes[find("p9")].state, NodeState::Running);

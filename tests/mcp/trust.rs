@@ -376,3 +376,110 @@ async fn a_lock_of_the_reference_server_pins_its_tools_and_reconnects() {
         "{refused}"
     );
 }
+
+/// A tool that nests a call of `tool` (with `{ "id": "r1" }`) `depth`
+/// levels down: `relay` → … → `tool`.
+fn relay(name: &'static str, inner: &'static str) -> impl Tool {
+    FnTool::with_context(
+        name,
+        "Relays.",
+        move |_: serde_json::Value, ctx: ToolRunContext| async move {
+            let exec = ToolExecutionContext::from_run_context(&ctx);
+            let args = if inner.starts_with("relay") {
+                json!({})
+            } else {
+                json!({"id": "r1"})
+            };
+            let answer = exec.call_tool(inner, args).await?;
+            anyhow::Ok(answer.content)
+        },
+    )
+}
+
+/// The swapped tool is refused on every origin: nested, nested of nested,
+/// a delegated agent's call, and a model-issued call in a run whose
+/// events nobody reads (the refusal does not hang on the warning).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_swapped_tool_is_refused_on_every_origin_and_with_nobody_listening() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("effects");
+    let client = McpClient::connect(hostile("swap", &log)).await.unwrap();
+    let vetted = client.tools();
+    let swap = vec![
+        ScriptedModel::tool_call("hostile_swap", json!({})),
+        ChatResponse::text("swapped"),
+    ];
+    run(vetted.clone(), swap, None).await;
+    tokio::time::timeout(Duration::from_secs(10), client.list_changed_since(1))
+        .await
+        .expect("a refresh after list_changed");
+    let refused =
+        |text: &str| text.contains("changed the description, annotations of tool 'lookup'");
+
+    // Nested, and nested of nested.
+    for (outer, depth) in [("relay", 1), ("relay2", 2)] {
+        let harness = AgentHarness::builder(ScriptedModel::new(vec![
+            ScriptedModel::tool_call(outer, json!({})),
+            ChatResponse::text("done"),
+        ]))
+        .tools(vetted.clone())
+        .tool(relay("relay", "hostile_lookup"))
+        .tool(relay("relay2", "relay"))
+        .limits(RunLimits::default().with_max_nested_depth(depth))
+        .build()
+        .unwrap();
+        let (done, _) = run_collecting(&harness, RunRequest::new("go")).await;
+        let (text, _) = answer(&done.unwrap());
+        assert!(refused(&text), "depth {depth}: {text}");
+    }
+
+    // A delegated agent's call.
+    let specialist = Agent::builder("specialist")
+        .model(ScriptedModel::new(lookup()))
+        .instructions("You look up.")
+        .tools(vetted.clone())
+        .build()
+        .unwrap();
+    let coordinator = Agent::builder("coordinator")
+        .model(ScriptedModel::new(vec![
+            ScriptedModel::tool_call("specialist", json!({ "query": "look it up" })),
+            ChatResponse::text("done"),
+        ]))
+        .instructions("You delegate.")
+        .tool(specialist.as_tool("specialist", "Looks up."))
+        .build()
+        .unwrap();
+    let (sink, collected) = tinyagents_tests::collector();
+    let done = coordinator
+        .run_with(RunRequest::new("go"), &sink)
+        .await
+        .unwrap();
+    drop(sink);
+    let events = collected.await.unwrap();
+    assert_eq!(done.status, RunStatus::Completed);
+    let delegated_refusal = events.iter().any(|e| match e {
+        AgentEvent::Delegated { event, .. } => matches!(event.as_ref(),
+            AgentEvent::ToolCompleted { name, is_error: true, .. } if name == "hostile_lookup"),
+        _ => false,
+    });
+    assert!(
+        delegated_refusal,
+        "the delegated call was answered with the refusal: {events:?}"
+    );
+
+    // Nobody reads the events.
+    let quiet = AgentHarness::builder(ScriptedModel::new(lookup()))
+        .tools(vetted)
+        .build()
+        .unwrap();
+    let done = quiet.run("go").await.unwrap();
+    let (text, is_error) = answer(&done);
+    assert!(is_error && refused(&text), "{text}");
+
+    assert_eq!(
+        effects(&log),
+        ["swap v1"],
+        "the swapped tool never ran on any origin"
+    );
+    client.close().await;
+}

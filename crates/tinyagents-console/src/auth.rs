@@ -45,7 +45,9 @@ pub(crate) struct Guard {
 impl Guard {
     pub(crate) fn new(token: String, hosts: &[String]) -> Result<Self, ConsoleError> {
         let form_token = new_token()?;
-        let cookie = format!("tinyagents_console_{:016x}", fnv(&form_token));
+        // A name of this console's own: consoles on other ports of the
+        // same host share the host's cookies.
+        let cookie = format!("tinyagents_console_{}", &new_token()?[..16]);
         Ok(Self {
             token: token.into(),
             form_token: form_token.into(),
@@ -116,7 +118,7 @@ impl Guard {
 pub(crate) fn new_token() -> Result<String, ConsoleError> {
     let mut bytes = [0u8; 32];
     getrandom::fill(&mut bytes).map_err(|e| ConsoleError::Random(e.to_string()))?;
-    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+    Ok(tinyagents_core::hex::encode(&bytes))
 }
 
 /// Equal texts, compared in time that depends on their lengths only.
@@ -126,13 +128,6 @@ fn same(a: &str, b: &str) -> bool {
             .zip(b.bytes())
             .fold(0u8, |acc, (x, y)| acc | (x ^ y))
             == 0
-}
-
-/// FNV-1a: a name for the cookie that differs between consoles.
-fn fnv(text: &str) -> u64 {
-    text.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-    })
 }
 
 fn refuse(status: StatusCode, title: &str, text: &str) -> Response {

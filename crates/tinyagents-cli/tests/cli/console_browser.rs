@@ -21,8 +21,8 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use crate::support::{
-    Running, Scratch, code, json_lines, payments, payments_file, payments_js, root, run_id, stderr,
-    stdout,
+    Scratch, code, json_lines, kill_resume_after_payment, payments, payments_file, payments_js,
+    root, run_id, stderr, stdout,
 };
 
 /// The `playwright-core` version `cargo xtask peers` installs.
@@ -387,14 +387,7 @@ fn a_call_in_doubt_is_listed_with_its_key_and_resolved_from_the_page() {
         &["approve", &run, "--reason", "invoice checked"],
         0,
     );
-    let mut resuming = Running::start(&scratch, &["--json", "resume", &run]);
-    resuming.wait_for(|e| e["type"] == "tool_started" && e["name"] == "payments_pay");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while payments(scratch.path()).is_empty() {
-        assert!(Instant::now() < deadline, "the payment never happened");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    resuming.kill();
+    kill_resume_after_payment(&scratch, &run);
     let doubts = json_lines(&run_ok(&scratch, &["--json", "runs", "--in-doubt"], 0));
     let doubt = doubts
         .iter()

@@ -6,13 +6,12 @@
 
 use std::io::{Read as _, Write as _};
 use std::net::TcpStream;
-use std::time::{Duration, Instant};
 
 use tinyagents::postgres::{PgDatabase, PostgresRunStore};
-use tinyagents::runs::{RecordStatus, RunStore as _};
+use tinyagents::runs::RunStore as _;
 
 use crate::console_browser::Console;
-use crate::postgres::{database, on, worker};
+use crate::postgres::{database, decided_until_completed, on, worker};
 use crate::support::{Scratch, code, payments, payments_file, stderr};
 
 /// One HTTP/1.1 exchange with the console at `url` (its printed address):
@@ -61,31 +60,22 @@ async fn a_console_on_postgres_decides_what_a_worker_then_resumes() {
     let store = PostgresRunStore::open(&PgDatabase::connect(&db.url).await.unwrap())
         .await
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(120);
     let mut decided = Vec::new();
-    loop {
-        let record = store.get(&"run-c".into()).await.unwrap().unwrap();
-        assert!(Instant::now() < deadline, "not finished: {record:?}");
-        match record.status {
-            RecordStatus::Completed => break,
-            RecordStatus::AwaitingApproval => {
-                let (status, inbox) = exchange(&console.url, "GET", "/inbox", "");
-                assert_eq!(status, 200, "{inbox}");
-                let waiting = store.waiting(10).await.unwrap();
-                let call = waiting[0].call_id.to_string();
-                assert!(inbox.contains(&format!("data-call=\"{call}\"")), "{inbox}");
-                let form = format!(
-                    "run=run-c&call%3A{}=approve&reason=checked",
-                    call.replace('/', "%2F")
-                );
-                let (status, answer) = exchange(&console.url, "POST", "/decide", &form);
-                assert_eq!(status, 303, "{answer}");
-                decided.push(call);
-            }
-            RecordStatus::Failed => panic!("the run failed: {record:?}"),
-            _ => tokio::time::sleep(Duration::from_millis(50)).await,
-        }
-    }
+    decided_until_completed(&store, "run-c", async || {
+        let (status, inbox) = exchange(&console.url, "GET", "/inbox", "");
+        assert_eq!(status, 200, "{inbox}");
+        let waiting = store.waiting(10).await.unwrap();
+        let call = waiting[0].call_id.to_string();
+        assert!(inbox.contains(&format!("data-call=\"{call}\"")), "{inbox}");
+        let form = format!(
+            "run=run-c&call%3A{}=approve&reason=checked",
+            call.replace('/', "%2F")
+        );
+        let (status, answer) = exchange(&console.url, "POST", "/decide", &form);
+        assert_eq!(status, 303, "{answer}");
+        decided.push(call);
+    })
+    .await;
     assert_eq!(
         decided.len(),
         2,

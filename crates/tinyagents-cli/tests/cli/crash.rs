@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use crate::support::{
-    Running, Scratch, code, json_lines, listed, payments, payments_file, result_of, run_id, stderr,
-    stdout,
+    Scratch, code, json_lines, kill_resume_after_payment, listed, payments, payments_file,
+    result_of, run_id, stderr, stdout,
 };
 
 /// Issue 29: the resume is killed while the approved payment runs (after
@@ -34,14 +34,7 @@ fn killed_while_the_approved_payment_runs_recover_finishes_without_asking_again(
     let approved = scratch.run(&["approve", &run, "--reason", "invoice checked"]);
     assert_eq!(code(&approved), 0, "{}", stderr(&approved));
 
-    let mut resuming = Running::start(&scratch, &["--json", "resume", &run]);
-    resuming.wait_for(|e| e["type"] == "tool_started" && e["name"] == "payments_pay");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while payments(scratch.path()).is_empty() {
-        assert!(Instant::now() < deadline, "the payment never happened");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    resuming.kill();
+    kill_resume_after_payment(&scratch, &run);
     assert_eq!(listed(&scratch, &run)["status"], "interrupted");
 
     let recovered = scratch.run(&["--json", "recover", &run]);

@@ -43,6 +43,31 @@ pub(crate) fn on(scratch: &Scratch, url: &str, args: &[&str]) -> std::process::O
         .unwrap()
 }
 
+/// Waits (two minutes at most) for `run` to complete, calling `decide`
+/// each time it waits for a person; how many times it did. A failed run
+/// fails the test.
+pub(crate) async fn decided_until_completed(
+    store: &PostgresRunStore,
+    run: &str,
+    mut decide: impl AsyncFnMut(),
+) -> usize {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut decisions = 0;
+    loop {
+        let record = store.get(&run.into()).await.unwrap().unwrap();
+        assert!(Instant::now() < deadline, "not finished: {record:?}");
+        match record.status {
+            RecordStatus::Completed => return decisions,
+            RecordStatus::AwaitingApproval => {
+                decide().await;
+                decisions += 1;
+            }
+            RecordStatus::Failed => panic!("the run failed: {record:?}"),
+            _ => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    }
+}
+
 /// A worker process, killed when dropped: a test that fails part way
 /// leaves no worker behind (one whose database is gone would retry for
 /// ever).
@@ -236,26 +261,15 @@ async fn a_queued_run_is_taken_by_a_worker_decided_from_the_queue_and_finished()
     let store = PostgresRunStore::open(&PgDatabase::connect(&db.url).await.unwrap())
         .await
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(120);
-    let mut approvals = 0;
-    loop {
-        let record = store.get(&"run-a".into()).await.unwrap().unwrap();
-        assert!(Instant::now() < deadline, "not finished: {record:?}");
-        match record.status {
-            RecordStatus::Completed => break,
-            RecordStatus::AwaitingApproval => {
-                let decided = on(
-                    &scratch,
-                    &db.url,
-                    &["queue", "approve", "run-a", "--by", "ops"],
-                );
-                assert_eq!(code(&decided), 0, "{}", stderr(&decided));
-                approvals += 1;
-            }
-            RecordStatus::Failed => panic!("the run failed: {record:?}"),
-            _ => tokio::time::sleep(Duration::from_millis(50)).await,
-        }
-    }
+    let approvals = decided_until_completed(&store, "run-a", async || {
+        let decided = on(
+            &scratch,
+            &db.url,
+            &["queue", "approve", "run-a", "--by", "ops"],
+        );
+        assert_eq!(code(&decided), 0, "{}", stderr(&decided));
+    })
+    .await;
     assert_eq!(approvals, 2, "two payments, each decided once");
     assert_eq!(payments(scratch.path()), ["acme", "acme-fee"]);
     let shown = stdout(&on(&scratch, &db.url, &["queue", "show", "run-a"]));

@@ -392,3 +392,20 @@ pub(crate) fn campaign(trials_var: &str, default: u64) -> (u64, u64) {
     });
     (trials, seed)
 }
+
+/// Resumes the approved `run` in a process of its own and kills it
+/// (SIGKILL) once its payment is written and before its result is: the
+/// payment's call is left in doubt.
+pub(crate) fn kill_resume_after_payment(scratch: &Scratch, run: &str) {
+    let mut resuming = Running::start(scratch, &["--json", "resume", run]);
+    resuming.wait_for(|e| e["type"] == "tool_started" && e["name"] == "payments_pay");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while payments(scratch.path()).is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the payment never happened"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    resuming.kill();
+}

@@ -9,7 +9,7 @@ use axum::extract::Path;
 use axum::response::Html;
 use tinyagents_core::{RunId, ToolReplay};
 use tinyagents_orchestrator::child_run_id;
-use tinyagents_runs::{RecordStatus, RunEvent, RunRecord, WaitingCall};
+use tinyagents_runs::{HistoryEntry, JournalEntry, RecordStatus, RunEvent, RunRecord, WaitingCall};
 
 use super::{
     PageError, PageResult, Shared, framed, inbox, json_block, shown_status, whole_journal,
@@ -66,17 +66,30 @@ async fn rows_of(
 }
 
 /// The run's tree, from its journal and ledger rows.
-pub(crate) async fn tree_of(inner: &Inner, record: &RunRecord) -> Result<CallTree, PageError> {
-    let journal = whole_journal(inner, &record.run_id).await?;
-    let calls = JournalCalls::of(&record.run_id, &journal);
+async fn tree_of(
+    inner: &Inner,
+    record: &RunRecord,
+    journal: &[JournalEntry],
+) -> Result<CallTree, PageError> {
+    let calls = JournalCalls::of(&record.run_id, journal);
     let rows = rows_of(inner, &record.run_id, &calls).await?;
     Ok(CallTree::build(
         &record.run_id,
         &record.agent,
-        &journal,
+        journal,
         &rows,
         is_active(record),
     ))
+}
+
+/// The run's history, oldest first.
+async fn history_of(inner: &Inner, run: &RunId) -> Result<Vec<HistoryEntry>, PageError> {
+    inner
+        .stores
+        .runs
+        .history(run)
+        .await
+        .map_err(|e| PageError::store(&format!("the history of run {run}"), &e))
 }
 
 /// `GET /runs/{run}`.
@@ -84,7 +97,15 @@ pub(crate) async fn page(state: Shared, Path(run): Path<String>) -> PageResult {
     let inner = state.0;
     let run = RunId::from(run);
     let record = record_of(&inner, &run).await?;
-    let tree = tree_of(&inner, &record).await?;
+    let journal = whole_journal(&inner, &run).await?;
+    let tree = tree_of(&inner, &record, &journal).await?;
+    let history = history_of(&inner, &run).await?;
+    let approvals = inner
+        .stores
+        .runs
+        .approvals(&run)
+        .await
+        .map_err(|e| PageError::store(&format!("the approvals of run {run}"), &e))?;
     let mut body = String::with_capacity(64 * 1024);
     let _ = write!(
         body,
@@ -145,16 +166,10 @@ pub(crate) async fn page(state: Shared, Path(run): Path<String>) -> PageResult {
     }
     actions(&inner, &record, &tree, &mut body);
     if record.status == RecordStatus::AwaitingApproval {
-        let waiting = inner
-            .stores
-            .runs
-            .approvals(&run)
-            .await
-            .map_err(|e| PageError::store(&format!("the waiting calls of run {run}"), &e))?;
-        let journal = whole_journal(&inner, &run).await?;
-        let undecided: Vec<_> = waiting
-            .into_iter()
+        let undecided: Vec<_> = approvals
+            .iter()
             .filter(|c| c.suspension == record.suspension && c.decision.is_none())
+            .cloned()
             .collect();
         body.push_str("<h2>Waiting for a decision</h2>\n");
         inbox::decision_form(&inner, &run, &undecided, &journal, &mut body);
@@ -169,10 +184,13 @@ pub(crate) async fn page(state: Shared, Path(run): Path<String>) -> PageResult {
             ""
         }
     );
-    render_tree(&tree, &claims_of(&inner, &run).await?, &mut body);
+    render_tree(&tree, &claims(&history), &mut body);
     body.push_str("</section>\n");
-    decisions(&inner, &record, &mut body).await?;
-    history(&inner, &run, &mut body).await?;
+    let decided: Vec<&WaitingCall> = approvals.iter().filter(|c| c.decision.is_some()).collect();
+    if !decided.is_empty() {
+        decisions_table("Decisions", &decided, &mut body);
+    }
+    history_section(&history, &mut body);
     framed(&inner, &format!("Run {run}"), "runs", &body).await
 }
 
@@ -181,28 +199,23 @@ pub(crate) async fn fragment(state: Shared, Path(run): Path<String>) -> PageResu
     let inner = state.0;
     let run = RunId::from(run);
     let record = record_of(&inner, &run).await?;
-    let tree = tree_of(&inner, &record).await?;
+    let journal = whole_journal(&inner, &run).await?;
+    let tree = tree_of(&inner, &record, &journal).await?;
     let mut body = String::with_capacity(64 * 1024);
-    render_tree(&tree, &claims_of(&inner, &run).await?, &mut body);
+    render_tree(&tree, &claims(&history_of(&inner, &run).await?), &mut body);
     Ok(Html(body))
 }
 
-/// When each claim of `run` was made and what it began (start, resume,
-/// recover), oldest first.
-async fn claims_of(inner: &Inner, run: &RunId) -> Result<Vec<(u64, String)>, PageError> {
-    let history = inner
-        .stores
-        .runs
-        .history(run)
-        .await
-        .map_err(|e| PageError::store(&format!("the history of run {run}"), &e))?;
-    Ok(history
-        .into_iter()
-        .filter_map(|h| match h.event {
-            RunEvent::Claimed { segment, .. } => Some((h.at.as_millis(), segment)),
+/// When each claim in `history` was made and what it began (start,
+/// resume, recover), oldest first.
+fn claims(history: &[HistoryEntry]) -> Vec<(u64, String)> {
+    history
+        .iter()
+        .filter_map(|h| match &h.event {
+            RunEvent::Claimed { segment, .. } => Some((h.at.as_millis(), segment.clone())),
             _ => None,
         })
-        .collect())
+        .collect()
 }
 
 fn actions(inner: &Inner, record: &RunRecord, tree: &CallTree, body: &mut String) {
@@ -231,21 +244,6 @@ fn actions(inner: &Inner, record: &RunRecord, tree: &CallTree, body: &mut String
             r#"<form method="post" action="/runs/{href}/recover" class="action"><input type="hidden" name="form_token" value="{token}"><button id="recover">Recover</button> settled calls answer from the ledger; calls in doubt go to their tools</form>"#
         );
     }
-}
-
-async fn decisions(inner: &Inner, record: &RunRecord, body: &mut String) -> Result<(), PageError> {
-    let calls = inner
-        .stores
-        .runs
-        .approvals(&record.run_id)
-        .await
-        .map_err(|e| PageError::store(&format!("the approvals of run {}", record.run_id), &e))?;
-    let decided: Vec<_> = calls.iter().filter(|c| c.decision.is_some()).collect();
-    if decided.is_empty() {
-        return Ok(());
-    }
-    decisions_table("Decisions", &decided, body);
-    Ok(())
 }
 
 /// A table of decided `calls` under heading `title`: run, call, tool,
@@ -277,13 +275,7 @@ pub(crate) fn decisions_table(title: &str, calls: &[&WaitingCall], body: &mut St
     body.push_str("</tbody></table>\n");
 }
 
-async fn history(inner: &Inner, run: &RunId, body: &mut String) -> Result<(), PageError> {
-    let entries = inner
-        .stores
-        .runs
-        .history(run)
-        .await
-        .map_err(|e| PageError::store(&format!("the history of run {run}"), &e))?;
+fn history_section(entries: &[HistoryEntry], body: &mut String) {
     body.push_str("<h2>History</h2><ol class=\"history\">\n");
     for entry in entries {
         let what = match &entry.event {
@@ -332,7 +324,6 @@ async fn history(inner: &Inner, run: &RunId, body: &mut String) -> Result<(), Pa
         );
     }
     body.push_str("</ol>\n");
-    Ok(())
 }
 
 /// Writes `tree` as nested lists.

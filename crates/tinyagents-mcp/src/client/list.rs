@@ -161,7 +161,7 @@ pub(crate) fn unvetted(catalogue: &Catalogue) -> Vec<UnvettedTool> {
     catalogue
         .tools
         .iter()
-        .filter(|t| !catalogue.offered.contains(&t.remote))
+        .filter(|t| !catalogue.offers(t))
         .map(|t| UnvettedTool {
             name: t.spec.name.clone(),
             remote: t.remote.clone(),
@@ -187,19 +187,13 @@ pub(crate) fn accept(connection: &Connection, names: &[&str]) -> ToolListChange 
         .map(|t| (t.remote.clone(), t.pin.clone()))
         .collect();
     catalogue.vetted.extend(chosen);
-    catalogue.reoffer();
     let change = difference(&before, &catalogue);
     drop(catalogue);
     change
 }
 
 fn offered_names(catalogue: &Catalogue) -> HashSet<String> {
-    catalogue
-        .tools
-        .iter()
-        .filter(|t| catalogue.offered.contains(&t.remote))
-        .map(|t| t.spec.name.clone())
-        .collect()
+    catalogue.offered().map(|t| t.spec.name.clone()).collect()
 }
 
 fn difference(before: &HashSet<String>, catalogue: &Catalogue) -> ToolListChange {
@@ -221,7 +215,6 @@ pub(crate) fn install(connection: &Connection, tools: Vec<Listed>) -> ToolListCh
     let before = offered_names(&catalogue);
     catalogue.generation += 1;
     catalogue.tools = tools;
-    catalogue.reoffer();
     let change = difference(&before, &catalogue);
     let generation = catalogue.generation;
     drop(catalogue);

@@ -200,11 +200,10 @@ impl McpClient {
     /// ([`accept_changes`](Self::accept_changes)).
     pub fn tools(&self) -> Vec<Arc<dyn Tool>> {
         let peer = self.service.peer();
-        let catalogue = self.connection.catalogue.read();
-        catalogue
-            .tools
-            .iter()
-            .filter(|listed| catalogue.offered.contains(&listed.remote))
+        self.connection
+            .catalogue
+            .read()
+            .offered()
             .map(|listed| {
                 Arc::new(McpTool::new(
                     Arc::clone(&self.connection),
@@ -219,11 +218,10 @@ impl McpClient {
 
     /// The registered names of the tools offered now.
     pub fn tool_names(&self) -> Vec<String> {
-        let catalogue = self.connection.catalogue.read();
-        catalogue
-            .tools
-            .iter()
-            .filter(|listed| catalogue.offered.contains(&listed.remote))
+        self.connection
+            .catalogue
+            .read()
+            .offered()
             .map(|listed| listed.spec.name.clone())
             .collect()
     }

@@ -1,7 +1,7 @@
 //! What a connection shares with its tools and its notification handler:
 //! the catalogue of offered tools, and where each call's progress goes.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use parking_lot::RwLock;
@@ -20,9 +20,6 @@ use super::remote::RemoteServer;
 pub(crate) struct Catalogue {
     /// Counts the lists read, from 1.
     pub(crate) generation: u64,
-    /// The server's names of the tools it offers: listed now, with the
-    /// definition the host vetted.
-    pub(crate) offered: HashSet<String>,
     /// The tools listed now, in the server's order, vetted or not. Kept as
     /// specs, not as tools: a tool holds the connection, which holds this.
     pub(crate) tools: Vec<Listed>,
@@ -59,19 +56,17 @@ impl Catalogue {
         }
     }
 
-    /// Recomputes what is offered: listed with its vetted definition.
-    pub(crate) fn reoffer(&mut self) {
-        let vetted = &self.vetted;
-        self.offered = self
-            .tools
-            .iter()
-            .filter(|t| {
-                vetted
-                    .get(&t.remote)
-                    .is_some_and(|v| v.definition == t.pin.definition)
-            })
-            .map(|t| t.remote.clone())
-            .collect();
+    /// Whether `listed` is offered: listed with the definition the host
+    /// vetted.
+    pub(crate) fn offers(&self, listed: &Listed) -> bool {
+        self.vetted
+            .get(&listed.remote)
+            .is_some_and(|v| v.definition == listed.pin.definition)
+    }
+
+    /// The tools offered now, in the server's order.
+    pub(crate) fn offered(&self) -> impl Iterator<Item = &Listed> {
+        self.tools.iter().filter(|t| self.offers(t))
     }
 }
 
