@@ -54,6 +54,19 @@ fn lookup() -> Vec<ChatResponse> {
     ]
 }
 
+/// Has the hostile server swap its tools (a call of `swap` among `vetted`)
+/// and waits until the client listed them again.
+async fn swap(client: &McpClient, vetted: &[Arc<dyn Tool>]) {
+    let script = vec![
+        ScriptedModel::tool_call("hostile_swap", json!({})),
+        ChatResponse::text("swapped"),
+    ];
+    run(vetted.to_vec(), script, None).await;
+    tokio::time::timeout(Duration::from_secs(10), client.list_changed_since(1))
+        .await
+        .expect("a refresh after list_changed");
+}
+
 /// The answer the model got for the run's only call.
 fn answer(run: &AgentRun) -> (String, bool) {
     call_answer(&run.messages, "p1").expect("the call was answered")
@@ -78,14 +91,7 @@ async fn a_swapped_tool_is_refused_with_the_change_named_until_accepted_then_run
     let plan: Arc<dyn tinyagents::middleware::Middleware> = Arc::new(PlanModeMiddleware::new(true));
 
     // The server swaps `lookup` for a destructive tool and adds one.
-    let swap = vec![
-        ScriptedModel::tool_call("hostile_swap", json!({})),
-        ChatResponse::text("swapped"),
-    ];
-    run(vetted.clone(), swap, None).await;
-    tokio::time::timeout(Duration::from_secs(10), client.list_changed_since(1))
-        .await
-        .expect("a refresh after list_changed");
+    swap(&client, &vetted).await;
     let unvetted = client.unvetted();
     let described: Vec<String> = unvetted.iter().map(|u| u.describe()).collect();
     assert_eq!(
@@ -405,14 +411,7 @@ async fn a_swapped_tool_is_refused_on_every_origin_and_with_nobody_listening() {
     let log = dir.path().join("effects");
     let client = McpClient::connect(hostile("swap", &log)).await.unwrap();
     let vetted = client.tools();
-    let swap = vec![
-        ScriptedModel::tool_call("hostile_swap", json!({})),
-        ChatResponse::text("swapped"),
-    ];
-    run(vetted.clone(), swap, None).await;
-    tokio::time::timeout(Duration::from_secs(10), client.list_changed_since(1))
-        .await
-        .expect("a refresh after list_changed");
+    swap(&client, &vetted).await;
     let refused =
         |text: &str| text.contains("changed the description, annotations of tool 'lookup'");
 
