@@ -26,6 +26,7 @@ mod approval;
 mod cancellation;
 mod capture;
 mod containment;
+mod identity;
 mod invalid_args;
 mod origins_prop;
 mod quota;

@@ -34,6 +34,14 @@ pub struct Checkpoint {
     pub saved_at: Timestamp,
 }
 
+/// A checkpoint entry as a value, encoded only when its bytes are needed
+/// ([`EffectLedger::append_checkpoint_entry`]). Its bytes are exactly those
+/// the harness would have appended with [`EffectLedger::append_checkpoint`].
+pub trait CheckpointEntry: Send + Sync + std::fmt::Debug {
+    /// The entry's bytes.
+    fn encode(&self) -> LedgerResult<Vec<u8>>;
+}
+
 /// What the ledger knows of a run id ([`EffectLedger::run_state`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum RunState {
@@ -224,6 +232,27 @@ pub trait EffectLedger: Send + Sync {
         version: u64,
         entry: Vec<u8>,
     ) -> LedgerResult<()>;
+
+    /// Whether the ledger keeps a checkpoint entry as a value until it is
+    /// read ([`Self::append_checkpoint_entry`]). `false` by default: the
+    /// harness then encodes each entry itself and appends its bytes.
+    fn keeps_entries_unencoded(&self) -> bool {
+        false
+    }
+
+    /// Appends an entry given as a value, with the rules of
+    /// [`Self::append_checkpoint`]. A ledger in memory may keep it as it is
+    /// and encode it only when the checkpoint is read (no JSON per turn for
+    /// a checkpoint that is seldom read); the default encodes it now.
+    async fn append_checkpoint_entry(
+        &self,
+        run: &RunId,
+        version: u64,
+        entry: Arc<dyn CheckpointEntry>,
+    ) -> LedgerResult<()> {
+        let bytes = entry.encode()?;
+        self.append_checkpoint(run, version, bytes).await
+    }
 
     /// The run's checkpoint: its base and the entries appended since, in
     /// order.

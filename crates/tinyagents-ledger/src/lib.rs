@@ -47,7 +47,7 @@ mod sqlite;
 
 pub use clock::{Clock, ManualClock, SharedClock, SystemClock, Timestamp};
 pub use error::{CallIdentity, LedgerError, LedgerFailure, LedgerResult};
-pub use ledger::{Checkpoint, EffectLedger, PruneReport, RunState, SharedLedger};
+pub use ledger::{Checkpoint, CheckpointEntry, EffectLedger, PruneReport, RunState, SharedLedger};
 pub use memory::MemoryLedger;
 pub use resolution::{Effect, Found, InDoubt, Resolution, Resolve, ResolvedBy};
 pub use row::{CallStatus, DEFAULT_MAX_RESULT_BYTES, LedgerRow, Outcome, StartedRow, StoredResult};

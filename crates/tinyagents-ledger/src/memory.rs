@@ -11,7 +11,7 @@ use tinyagents_core::{CallId, RunId};
 
 use crate::clock::{Clock, SharedClock, Timestamp, system_clock};
 use crate::error::{LedgerError, LedgerResult};
-use crate::ledger::{Checkpoint, EffectLedger, PruneReport, RunState};
+use crate::ledger::{Checkpoint, CheckpointEntry, EffectLedger, PruneReport, RunState};
 use crate::resolution::{InDoubt, Resolution, Resolve};
 use crate::row::{DEFAULT_MAX_RESULT_BYTES, LedgerRow, Outcome, StartedRow, StoredResult};
 use crate::rules::{self, Existing, ResolveWrite, Start};
@@ -24,10 +24,57 @@ struct RunEntry {
     /// Where each call's row sits in `rows`.
     index: HashMap<CallId, usize>,
     /// The base checkpoint and the entries appended to it.
-    checkpoint: Option<Checkpoint>,
+    checkpoint: Option<Kept>,
     finished_at: Option<Timestamp>,
     /// When `begin_run` claimed the id.
     claimed_at: Option<Timestamp>,
+}
+
+/// A checkpoint as the memory ledger keeps it: its entries as bytes or as
+/// values encoded when read.
+#[derive(Debug)]
+struct Kept {
+    base: Checkpoint,
+    appended: Vec<Appended>,
+}
+
+#[derive(Debug)]
+enum Appended {
+    Bytes(Vec<u8>),
+    Unencoded(Arc<dyn CheckpointEntry>),
+}
+
+impl Kept {
+    /// The checkpoint with every entry encoded.
+    fn read(&self) -> LedgerResult<Checkpoint> {
+        let appended = self
+            .appended
+            .iter()
+            .map(|entry| match entry {
+                Appended::Bytes(bytes) => Ok(bytes.clone()),
+                Appended::Unencoded(entry) => entry.encode(),
+            })
+            .collect::<LedgerResult<Vec<_>>>()?;
+        Ok(Checkpoint {
+            appended,
+            ..self.base.clone()
+        })
+    }
+
+    /// Appends an entry at `version`, with the rules of every backend.
+    fn append(
+        &mut self,
+        run: &RunId,
+        version: u64,
+        entry: Appended,
+        now: Timestamp,
+    ) -> LedgerResult<()> {
+        rules::check_checkpoint(run, Some(self.base.version), version)?;
+        self.appended.push(entry);
+        self.base.version = version;
+        self.base.saved_at = now;
+        Ok(())
+    }
 }
 
 impl RunEntry {
@@ -72,6 +119,16 @@ impl MemoryLedger {
             max_result_bytes: DEFAULT_MAX_RESULT_BYTES,
             refuse_started: AtomicBool::new(false),
         }
+    }
+
+    /// Appends an entry to the run's checkpoint.
+    fn append(&self, run: &RunId, version: u64, entry: Appended) -> LedgerResult<()> {
+        let now = self.clock.now();
+        let mut recorded = self.runs.get_mut(run);
+        let Some(checkpoint) = recorded.as_mut().and_then(|r| r.checkpoint.as_mut()) else {
+            return Err(LedgerError::NoCheckpoint { run: run.clone() });
+        };
+        checkpoint.append(run, version, entry, now)
     }
 
     /// Cuts stored results at `max_bytes`.
@@ -268,13 +325,20 @@ impl EffectLedger for MemoryLedger {
     async fn save_checkpoint(&self, run: &RunId, version: u64, data: Vec<u8>) -> LedgerResult<()> {
         let now = self.clock.now();
         let mut entry = self.runs.entry(run.clone()).or_default();
-        rules::check_checkpoint(run, entry.checkpoint.as_ref().map(|c| c.version), version)?;
-        entry.checkpoint = Some(Checkpoint {
-            run_id: run.clone(),
+        rules::check_checkpoint(
+            run,
+            entry.checkpoint.as_ref().map(|c| c.base.version),
             version,
-            data,
+        )?;
+        entry.checkpoint = Some(Kept {
+            base: Checkpoint {
+                run_id: run.clone(),
+                version,
+                data,
+                appended: Vec::new(),
+                saved_at: now,
+            },
             appended: Vec::new(),
-            saved_at: now,
         });
         Ok(())
     }
@@ -285,23 +349,27 @@ impl EffectLedger for MemoryLedger {
         version: u64,
         entry: Vec<u8>,
     ) -> LedgerResult<()> {
-        let now = self.clock.now();
-        let mut recorded = self.runs.get_mut(run);
-        let Some(checkpoint) = recorded.as_mut().and_then(|r| r.checkpoint.as_mut()) else {
-            return Err(LedgerError::NoCheckpoint { run: run.clone() });
-        };
-        rules::check_checkpoint(run, Some(checkpoint.version), version)?;
-        checkpoint.appended.push(entry);
-        checkpoint.version = version;
-        checkpoint.saved_at = now;
-        Ok(())
+        self.append(run, version, Appended::Bytes(entry))
+    }
+
+    fn keeps_entries_unencoded(&self) -> bool {
+        true
+    }
+
+    async fn append_checkpoint_entry(
+        &self,
+        run: &RunId,
+        version: u64,
+        entry: Arc<dyn CheckpointEntry>,
+    ) -> LedgerResult<()> {
+        self.append(run, version, Appended::Unencoded(entry))
     }
 
     async fn load_checkpoint(&self, run: &RunId) -> LedgerResult<Option<Checkpoint>> {
-        Ok(self
-            .runs
-            .get(run)
-            .and_then(|entry| entry.checkpoint.clone()))
+        let Some(entry) = self.runs.get(run) else {
+            return Ok(None);
+        };
+        entry.checkpoint.as_ref().map(Kept::read).transpose()
     }
 
     async fn mark_run_finished(&self, run: &RunId) -> LedgerResult<()> {

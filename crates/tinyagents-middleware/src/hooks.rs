@@ -1,5 +1,9 @@
 //! Lifecycle hooks: `Middleware`.
 
+use std::cell::Cell;
+use std::future::Future;
+use std::pin::Pin;
+
 use async_trait::async_trait;
 use serde_json::Value;
 use tinyagents_core::{ChatResponse, RunContext, State, TinyAgentsError, ToolCall, ToolResult};
@@ -23,72 +27,210 @@ pub trait Middleware: Send + Sync {
     fn name(&self) -> &str;
 
     /// Before each model call; may change the state (for example trim it).
-    async fn before_model(
-        &self,
-        _ctx: &mut RunContext,
-        _state: &mut State,
-    ) -> Result<(), TinyAgentsError> {
-        Ok(())
+    ///
+    /// (The provided hooks are written out as `#[async_trait]` would write
+    /// them, so that building one notes that it is the default; the harness
+    /// then stops calling it. Implement them with `async fn` as usual.)
+    fn before_model<'life0, 'life1, 'life2, 'async_trait>(
+        &'life0 self,
+        _ctx: &'life1 mut RunContext,
+        _state: &'life2 mut State,
+    ) -> HookFuture<'async_trait, Result<(), TinyAgentsError>>
+    where
+        'life0: 'async_trait,
+        'life1: 'async_trait,
+        'life2: 'async_trait,
+        Self: 'async_trait,
+    {
+        note_default(self, Hook::BeforeModel);
+        Box::pin(std::future::ready(Ok(())))
     }
 
     /// After each model call; may rewrite the response.
-    async fn after_model(
-        &self,
-        _ctx: &mut RunContext,
-        _state: &State,
-        _response: &mut ChatResponse,
-    ) -> Result<(), TinyAgentsError> {
-        Ok(())
+    fn after_model<'life0, 'life1, 'life2, 'life3, 'async_trait>(
+        &'life0 self,
+        _ctx: &'life1 mut RunContext,
+        _state: &'life2 State,
+        _response: &'life3 mut ChatResponse,
+    ) -> HookFuture<'async_trait, Result<(), TinyAgentsError>>
+    where
+        'life0: 'async_trait,
+        'life1: 'async_trait,
+        'life2: 'async_trait,
+        'life3: 'async_trait,
+        Self: 'async_trait,
+    {
+        note_default(self, Hook::AfterModel);
+        Box::pin(std::future::ready(Ok(())))
     }
 
     /// Before a model-issued call runs: may rewrite the call, deny it or
     /// defer it for approval.
-    async fn before_tool(
-        &self,
-        _ctx: &mut RunContext,
-        _state: &State,
-        _call: &mut ToolCall,
-    ) -> Result<ToolVerdict, TinyAgentsError> {
-        Ok(ToolVerdict::Allow)
+    fn before_tool<'life0, 'life1, 'life2, 'life3, 'async_trait>(
+        &'life0 self,
+        _ctx: &'life1 mut RunContext,
+        _state: &'life2 State,
+        _call: &'life3 mut ToolCall,
+    ) -> HookFuture<'async_trait, Result<ToolVerdict, TinyAgentsError>>
+    where
+        'life0: 'async_trait,
+        'life1: 'async_trait,
+        'life2: 'async_trait,
+        'life3: 'async_trait,
+        Self: 'async_trait,
+    {
+        note_default(self, Hook::BeforeTool);
+        Box::pin(std::future::ready(Ok(ToolVerdict::Allow)))
     }
 
     /// After a model-issued call produced its result: may rewrite it.
-    async fn after_tool(
-        &self,
-        _ctx: &mut RunContext,
-        _state: &State,
-        _call: &ToolCall,
-        _result: &mut ToolResult,
-    ) -> Result<(), TinyAgentsError> {
-        Ok(())
+    fn after_tool<'life0, 'life1, 'life2, 'life3, 'life4, 'async_trait>(
+        &'life0 self,
+        _ctx: &'life1 mut RunContext,
+        _state: &'life2 State,
+        _call: &'life3 ToolCall,
+        _result: &'life4 mut ToolResult,
+    ) -> HookFuture<'async_trait, Result<(), TinyAgentsError>>
+    where
+        'life0: 'async_trait,
+        'life1: 'async_trait,
+        'life2: 'async_trait,
+        'life3: 'async_trait,
+        'life4: 'async_trait,
+        Self: 'async_trait,
+    {
+        note_default(self, Hook::AfterTool);
+        Box::pin(std::future::ready(Ok(())))
     }
 
     /// Admission of a nested call, after validation and before host
     /// authorisation. The first `Err` refuses the call. The default admits.
-    async fn check_nested_tool(
-        &self,
-        _ctx: &RunContext,
-        _state: &State,
-        _call: &ToolCall,
-    ) -> Result<(), TinyAgentsError> {
-        Ok(())
+    fn check_nested_tool<'life0, 'life1, 'life2, 'life3, 'async_trait>(
+        &'life0 self,
+        _ctx: &'life1 RunContext,
+        _state: &'life2 State,
+        _call: &'life3 ToolCall,
+    ) -> HookFuture<'async_trait, Result<(), TinyAgentsError>>
+    where
+        'life0: 'async_trait,
+        'life1: 'async_trait,
+        'life2: 'async_trait,
+        'life3: 'async_trait,
+        Self: 'async_trait,
+    {
+        note_default(self, Hook::CheckNestedTool);
+        Box::pin(std::future::ready(Ok(())))
     }
 
     /// Sees the result of a nested call that produced one. Cannot rewrite
     /// it; keep state behind interior mutability.
-    async fn observe_nested_result(
-        &self,
-        _ctx: &RunContext,
-        _state: &State,
-        _call: &ToolCall,
-        _result: &ToolResult,
-    ) {
+    fn observe_nested_result<'life0, 'life1, 'life2, 'life3, 'life4, 'async_trait>(
+        &'life0 self,
+        _ctx: &'life1 RunContext,
+        _state: &'life2 State,
+        _call: &'life3 ToolCall,
+        _result: &'life4 ToolResult,
+    ) -> HookFuture<'async_trait, ()>
+    where
+        'life0: 'async_trait,
+        'life1: 'async_trait,
+        'life2: 'async_trait,
+        'life3: 'async_trait,
+        'life4: 'async_trait,
+        Self: 'async_trait,
+    {
+        note_default(self, Hook::ObserveNestedResult);
+        Box::pin(std::future::ready(()))
     }
 
     /// Scrubs a payload of a model-issued call bound for events or
     /// persistence (arguments under payload capture, ledger rows). Never
     /// changes what the tool receives.
-    fn redact(&self, _payload: &mut Value) {}
+    fn redact(&self, _payload: &mut Value) {
+        note_default(self, Hook::Redact);
+    }
+
+    /// The implementing type's name, which tells the harness whose
+    /// provided hook ran (see [`take_default_hook`]). Not for overriding.
+    #[doc(hidden)]
+    fn hook_owner(&self) -> &'static str {
+        std::any::type_name::<Self>()
+    }
+}
+
+/// The future of a hook, as `#[async_trait]` writes it.
+pub type HookFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// The hooks of [`Middleware`], as bits of a mask.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Hook {
+    /// [`Middleware::before_model`].
+    BeforeModel = 1,
+    /// [`Middleware::after_model`].
+    AfterModel = 1 << 1,
+    /// [`Middleware::before_tool`].
+    BeforeTool = 1 << 2,
+    /// [`Middleware::after_tool`].
+    AfterTool = 1 << 3,
+    /// [`Middleware::check_nested_tool`].
+    CheckNestedTool = 1 << 4,
+    /// [`Middleware::observe_nested_result`].
+    ObserveNestedResult = 1 << 5,
+    /// [`Middleware::redact`].
+    Redact = 1 << 6,
+}
+
+/// Which provided (do-nothing) hook was last built on this thread: the
+/// middleware's address, its type's name and the hook.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DefaultHook {
+    /// The middleware's address (its data pointer).
+    pub address: usize,
+    /// [`std::any::type_name`] of the middleware.
+    pub owner: &'static str,
+    /// The hook.
+    pub hook: Hook,
+}
+
+thread_local! {
+    static LAST_DEFAULT: Cell<Option<DefaultHook>> = const { Cell::new(None) };
+}
+
+/// Notes that `middleware`'s provided `hook` was built (it does nothing).
+/// Written synchronously, when the hook's future is built, never when it
+/// is polled: a hook of one middleware that awaits another's default, or
+/// a default built by another call meanwhile, notes another identity.
+fn note_default<M: ?Sized>(middleware: &M, hook: Hook) {
+    let note = DefaultHook {
+        address: std::ptr::from_ref(middleware).cast::<()>() as usize,
+        owner: std::any::type_name::<M>(),
+        hook,
+    };
+    LAST_DEFAULT.with(|last| last.set(Some(note)));
+}
+
+/// Takes the note of the last provided hook built on this thread. A host
+/// (the harness) builds a middleware's hook and then asks whether the note
+/// names that very middleware (same address, same type) and hook: if so,
+/// the hook is the provided one, which does nothing, and need not be built
+/// again. A hook's implementation is fixed by its type, so the answer holds
+/// for every later call.
+pub fn take_default_hook() -> Option<DefaultHook> {
+    LAST_DEFAULT.with(Cell::take)
+}
+
+/// Whether `note` names `middleware`'s provided `hook`.
+pub fn is_default_hook(
+    note: Option<DefaultHook>,
+    middleware: &dyn Middleware,
+    hook: Hook,
+) -> bool {
+    note.is_some_and(|note| {
+        note.hook == hook
+            && note.address == std::ptr::from_ref(middleware).cast::<()>() as usize
+            && note.owner == middleware.hook_owner()
+    })
 }
 
 /// The spec of the tool `name` in the run's registry (the harness attaches

@@ -57,7 +57,9 @@ pub use allowlist::ToolAllowlistMiddleware;
 pub use approval::{ApprovalFn, ApprovalOutcome, ApprovalOutcomeFn, HumanApprovalMiddleware};
 pub use decision::{CallPolicy, ToolVerdict, nested_approval_reason};
 pub use gate::{OutputVerdict, SecurityGate, ToolCallRequest};
-pub use hooks::{Middleware, tool_spec};
+pub use hooks::{
+    DefaultHook, Hook, HookFuture, Middleware, is_default_hook, take_default_hook, tool_spec,
+};
 pub use plan_mode::PlanModeMiddleware;
 pub use policy::ToolPolicyMiddleware;
 pub use redact::{REDACTED, Redactor, SecretMatcher};

@@ -104,13 +104,14 @@ impl<'a> Next<'a> {
                 }
             }
             None => {
-                let name = call.name.clone();
                 match AssertUnwindSafe(invoke(self.tool, ctx, call))
                     .catch_unwind()
                     .await
                 {
                     Ok(result) => result,
                     Err(panic) => {
+                        // The tool that panicked is the onion's own.
+                        let name = ctx.spec.name.clone();
                         let text =
                             format!("tool '{name}' panicked: {}", panic_text(panic.as_ref()));
                         Err(if ctx.detailed_errors {

@@ -10,12 +10,14 @@
 //!   model call: a claim, no checkpoint, no call) is taken over by a fresh
 //!   start under the same id: nothing of the run acted.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use async_trait::async_trait;
 use tinyagents_core::{CallId, RunId};
 use tinyagents_ledger::{
-    Checkpoint, EffectLedger, InDoubt, LedgerError, LedgerResult, LedgerRow, Outcome, PruneReport,
+    Checkpoint, CheckpointEntry, EffectLedger, InDoubt, LedgerError, LedgerResult, LedgerRow,
+    Outcome, PruneReport,
     Resolve, RunState, SharedLedger, StartedRow, Timestamp,
 };
 
@@ -122,6 +124,19 @@ impl EffectLedger for HeldLedger {
         entry: Vec<u8>,
     ) -> LedgerResult<()> {
         self.inner.append_checkpoint(run, version, entry).await
+    }
+
+    fn keeps_entries_unencoded(&self) -> bool {
+        self.inner.keeps_entries_unencoded()
+    }
+
+    async fn append_checkpoint_entry(
+        &self,
+        run: &RunId,
+        version: u64,
+        entry: Arc<dyn CheckpointEntry>,
+    ) -> LedgerResult<()> {
+        self.inner.append_checkpoint_entry(run, version, entry).await
     }
 
     async fn load_checkpoint(&self, run: &RunId) -> LedgerResult<Option<Checkpoint>> {

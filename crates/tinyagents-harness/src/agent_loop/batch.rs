@@ -9,6 +9,7 @@ use futures_util::future::BoxFuture;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use tinyagents_core::ToolCall;
 use tinytools::RegisteredTool;
+use tinyagents_middleware::Hook;
 use tokio::sync::mpsc;
 
 use super::Run;
@@ -122,7 +123,8 @@ impl Run<'_> {
     /// What a call runs with. The fold needs a call's arguments only for
     /// `after_tool`, so without middlewares they move into the tool.
     fn call_to_run(&self, call: &mut ToolCall) -> ToolCall {
-        if self.harness.middlewares.is_empty() {
+        let hooks = &self.harness.middlewares;
+        if !hooks.any(Hook::AfterTool) && !hooks.any(Hook::Redact) {
             ToolCall {
                 id: call.id.clone(),
                 provider_id: None,

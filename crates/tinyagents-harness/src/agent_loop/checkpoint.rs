@@ -26,7 +26,7 @@ use serde_json::{Map, Value};
 use tinyagents_core::{
     AgentEvent, BudgetCounts, CallId, Message, RunId, State, TinyAgentsError, Usage,
 };
-use tinyagents_ledger::{Checkpoint, EffectLedger};
+use tinyagents_ledger::{Checkpoint, CheckpointEntry, EffectLedger, LedgerError, LedgerResult};
 
 use super::Run;
 use super::ledger::{guarded, state_error};
@@ -43,8 +43,10 @@ const COMPACT_AFTER: usize = 3;
 pub(crate) struct CheckpointCursor {
     /// The transcript's length at the last checkpoint.
     persisted: usize,
-    /// The last persisted message, to see a rewritten transcript.
+    /// The last persisted message, to see a rewritten transcript: a copy,
+    /// or the last unencoded entry, which holds it.
     last: Option<Message>,
+    last_entry: Option<Arc<UnencodedEntry>>,
     /// The properties and depth the base holds (entries do not carry them).
     properties: Arc<Map<String, Value>>,
     depth: u32,
@@ -73,7 +75,7 @@ struct BaseRef<'a> {
 
 /// One appended entry: the messages a turn added after the first `from`,
 /// and the run's counters as they are now.
-#[derive(Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize)]
 struct Entry<'a> {
     from: usize,
     messages: Cow<'a, [Message]>,
@@ -86,6 +88,21 @@ struct Entry<'a> {
     active_ms: u64,
     #[serde(default, skip_serializing_if = "no_calls")]
     replay_blocked: Cow<'a, [CallId]>,
+}
+
+/// An entry handed to a ledger that keeps entries unencoded (in memory):
+/// it owns its copy of the turn's messages, and is encoded, to the bytes
+/// the encoded path appends, only when the checkpoint is read.
+#[derive(Debug)]
+struct UnencodedEntry(Entry<'static>);
+
+impl CheckpointEntry for UnencodedEntry {
+    fn encode(&self) -> LedgerResult<Vec<u8>> {
+        serde_json::to_vec(&self.0).map_err(|e| LedgerError::Storage {
+            operation: "encode_checkpoint",
+            detail: e.to_string(),
+        })
+    }
 }
 
 fn no_values(values: &Map<String, Value>) -> bool {
@@ -107,6 +124,21 @@ impl<'h> Run<'h> {
             return;
         };
         let version = u64::from(self.state.turn);
+        if ledger.keeps_entries_unencoded()
+            && let Some(entry) = self.unencoded_entry(replay_blocked)
+        {
+            let entry = Arc::new(entry);
+            let shared: Arc<dyn CheckpointEntry> = Arc::clone(&entry) as _;
+            let appended = guarded(
+                "append_checkpoint_entry",
+                ledger.append_checkpoint_entry(&self.ctx.run_id, version, shared),
+            )
+            .await;
+            return match appended {
+                Ok(()) => self.advance_unencoded(entry),
+                Err(error) => self.checkpoint_failed(error.to_string()).await,
+            };
+        }
         let written = match self.next_entry(replay_blocked) {
             Some(Ok(entry)) => {
                 let bytes = entry.len();
@@ -135,9 +167,13 @@ impl<'h> Run<'h> {
                 Err(error) => Err(error.to_string()),
             },
         };
-        let Err(error) = written else {
-            return;
-        };
+        if let Err(error) = written {
+            self.checkpoint_failed(error).await;
+        }
+    }
+
+    /// A checkpoint was not written: warned, and the next one is a base.
+    async fn checkpoint_failed(&mut self, error: String) {
         // The stored chain may now miss what this turn added.
         self.cursor = None;
         let turn = self.state.turn;
@@ -153,17 +189,8 @@ impl<'h> Run<'h> {
     /// extends the persisted one, changed properties or depth, or entries
     /// that would outweigh the base.
     fn next_entry(&self, replay_blocked: &[CallId]) -> Option<Result<Vec<u8>, String>> {
-        let cursor = self.cursor.as_ref()?;
+        let cursor = self.extending_cursor()?;
         let messages = &self.state.messages;
-        let extends = messages
-            .get(..cursor.persisted)
-            .is_some_and(|kept| kept.last() == cursor.last.as_ref());
-        if !extends
-            || !Arc::ptr_eq(&cursor.properties, &self.ctx.properties)
-            || cursor.depth != self.ctx.depth
-        {
-            return None;
-        }
         let entry = Entry {
             from: cursor.persisted,
             messages: Cow::Borrowed(&messages[cursor.persisted..]),
@@ -182,6 +209,55 @@ impl<'h> Run<'h> {
         // Compaction: a base once the entries would outweigh it enough.
         (cursor.appended_bytes + bytes.len() <= cursor.base_bytes.saturating_mul(COMPACT_AFTER))
             .then_some(Ok(bytes))
+    }
+
+    /// The cursor, when this turn's checkpoint may be an entry after it:
+    /// the segment wrote a base, and the transcript still extends what was
+    /// persisted, with the same properties and depth.
+    fn extending_cursor(&self) -> Option<&CheckpointCursor> {
+        let cursor = self.cursor.as_ref()?;
+        let persisted_last = match &cursor.last_entry {
+            Some(entry) => entry.0.messages.last(),
+            None => cursor.last.as_ref(),
+        };
+        let extends = self
+            .state
+            .messages
+            .get(..cursor.persisted)
+            .is_some_and(|kept| kept.last() == persisted_last);
+        (extends
+            && Arc::ptr_eq(&cursor.properties, &self.ctx.properties)
+            && cursor.depth == self.ctx.depth)
+            .then_some(cursor)
+    }
+
+    /// This turn's entry for a ledger that keeps entries unencoded: the
+    /// turn's messages copied, nothing serialised. No compaction: the
+    /// entries hold each message once.
+    fn unencoded_entry(&self, replay_blocked: &[CallId]) -> Option<UnencodedEntry> {
+        let cursor = self.extending_cursor()?;
+        Some(UnencodedEntry(Entry {
+            from: cursor.persisted,
+            messages: Cow::Owned(self.state.messages[cursor.persisted..].to_vec()),
+            turn: self.state.turn,
+            calls_issued: self.state.calls_issued,
+            usage: self.state.usage,
+            values: Cow::Owned(self.state.values.clone()),
+            budget: self.ctx.tracker().counts(),
+            active_ms: self.active_ms(),
+            replay_blocked: Cow::Owned(replay_blocked.to_vec()),
+        }))
+    }
+
+    /// An unencoded entry was appended.
+    fn advance_unencoded(&mut self, entry: Arc<UnencodedEntry>) {
+        if let Some(cursor) = &mut self.cursor {
+            cursor.persisted = self.state.messages.len();
+            if !entry.0.messages.is_empty() {
+                cursor.last = None;
+                cursor.last_entry = Some(entry);
+            }
+        }
     }
 
     /// The whole checkpoint, serialised from the run's own fields.
@@ -218,6 +294,7 @@ impl<'h> Run<'h> {
         self.cursor = Some(CheckpointCursor {
             persisted: self.state.messages.len(),
             last: self.state.messages.last().cloned(),
+            last_entry: None,
             properties: Arc::clone(&self.ctx.properties),
             depth: self.ctx.depth,
             base_bytes: bytes,
@@ -233,6 +310,7 @@ impl<'h> Run<'h> {
             if cursor.persisted != messages.len() {
                 cursor.persisted = messages.len();
                 cursor.last = messages.last().cloned();
+                cursor.last_entry = None;
             }
             cursor.appended_bytes += bytes;
             cursor.last_entry_bytes = bytes;

@@ -7,14 +7,14 @@ use crate::mutation::{Mutation, planted};
 use futures_util::future::join_all;
 use tinyagents_core::{
     AgentEvent, CallId, RunContext, RunId, TinyAgentsError, ToolCall, ToolReplay, ToolResult,
-    args_hash,
+
 };
 use tinyagents_ledger::{LedgerError, LedgerFailure, Outcome, StartedRow};
 use tinytools::RegisteredTool;
 
 use super::Run;
 use super::turn::Slot;
-use crate::call::ToolEvents;
+use crate::call::{ToolEvents, call_hash};
 use crate::harness::AgentHarness;
 
 /// How the ledger answered a call's start.
@@ -29,8 +29,9 @@ pub(crate) enum Start {
 
 impl<'h> Run<'h> {
     /// Writes the started rows of a turn's admitted calls, all at once so a
-    /// durable backend commits them together. Model-issued calls are hashed
-    /// as persisted (redacted), so a recovery's copy matches its row.
+    /// durable backend commits them together. Hashed by the one rule
+    /// (`call_hash`): a recovery's copy of a call redaction left alone
+    /// matches its row; one that held a secret is never replayed.
     pub(crate) async fn start_rows(&self, slots: &mut [Slot<'h>]) {
         let harness = self.harness;
         if harness.ledger.is_none() {
@@ -44,7 +45,7 @@ impl<'h> Run<'h> {
                 ..
             } = slot
             {
-                *hash = Some(args_hash(&redaction.copy(&call.arguments)));
+                *hash = Some(call_hash(redaction, &call.arguments));
             }
         }
         let starts = join_all(slots.iter().map(|slot| async move {
@@ -95,7 +96,7 @@ impl Run<'_> {
         let row = guarded("get", ledger.get(&self.ctx.run_id, &call.id))
             .await
             .ok()??;
-        let hash = args_hash(&self.events.redaction().copy(&call.arguments));
+        let hash = call_hash(self.events.redaction(), &call.arguments);
         (row.status.is_settled() && row.tool_name == call.name && row.args_hash == hash)
             .then(|| row.result.map(|stored| stored.to_tool_result()))
             .flatten()
@@ -119,7 +120,7 @@ impl Run<'_> {
             && let Ok(Some(row)) = guarded("get", ledger.get(&self.ctx.run_id, &call.id)).await
             && row.is_in_doubt()
             && row.tool_name == call.name
-            && row.args_hash == args_hash(&self.events.redaction().copy(&call.arguments))
+            && row.args_hash == call_hash(self.events.redaction(), &call.arguments)
         {
             return Some(pending.approve());
         }

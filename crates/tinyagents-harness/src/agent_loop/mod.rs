@@ -31,7 +31,7 @@ use tinyagents_core::{
     AgentEvent, CallId, ChatRequest, ChatResponse, LimitBehavior, Message, ModelDelta,
     ModelOptions, RunContext, RunId, RunStatus, State, TinyAgentsError,
 };
-use tinyagents_middleware::OutputVerdict;
+use tinyagents_middleware::{Hook, OutputVerdict};
 use tracing::Instrument;
 
 use crate::call::{Redaction, ToolEvents, contain, panic_text, panicked};
@@ -232,9 +232,11 @@ impl Run<'_> {
             if let Err(limit) = self.ctx.check_wall_clock() {
                 return self.limit_reached(limit).await;
             }
-            for middleware in harness.middlewares.iter() {
-                let hook = middleware.before_model(&mut self.ctx, &mut self.state);
-                contain(middleware.name(), hook).await?;
+            for hooked in harness.middlewares.with(Hook::BeforeModel) {
+                let hook = hooked.build(Hook::BeforeModel, |m| {
+                    m.before_model(&mut self.ctx, &mut self.state)
+                });
+                contain(hooked.name(), hook).await?;
             }
             if let Err(limit) = self.ctx.tracker().try_reserve_model_call() {
                 return self.limit_reached(limit).await;
@@ -246,9 +248,11 @@ impl Run<'_> {
                 }
                 ModelOutcome::Limit(limit) => return self.limit_reached(limit).await,
             };
-            for middleware in harness.middlewares.iter().rev() {
-                let hook = middleware.after_model(&mut self.ctx, &self.state, &mut response);
-                contain(middleware.name(), hook).await?;
+            for hooked in harness.middlewares.with(Hook::AfterModel).rev() {
+                let hook = hooked.build(Hook::AfterModel, |m| {
+                    m.after_model(&mut self.ctx, &self.state, &mut response)
+                });
+                contain(hooked.name(), hook).await?;
             }
             let token_limit = self
                 .ctx
@@ -327,7 +331,7 @@ impl Run<'_> {
         let redaction = self.events.redaction();
         let span = trace::chat(harness, &self.ctx, turn, &self.state.messages, redaction);
         // A provider is host code too: a panic in it fails the run.
-        let call = AssertUnwindSafe(harness.model.chat(request))
+        let call = AssertUnwindSafe(harness.model.as_ref().chat(request))
             .catch_unwind()
             .instrument(span.clone());
         // The model's answer is polled first, so an answer that is ready at
@@ -531,8 +535,45 @@ pub(crate) fn with_deadline<F: std::future::Future>(
     future: F,
 ) -> impl std::future::Future<Output = Option<F::Output>> {
     use futures_util::future::Either;
-    match deadline {
-        Some(limit) => Either::Left(tokio::time::timeout(limit, future).map(Result::ok)),
+    // A deadline past what the clock can hold is no deadline.
+    match deadline.and_then(|limit| Instant::now().checked_add(limit)) {
+        Some(end) => Either::Left(Deadline {
+            future,
+            end,
+            sleep: None,
+        }),
         None => Either::Right(future.map(Some)),
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// A future bounded by a deadline, like `tokio::time::timeout`, but its
+    /// timer is made only once the future has to wait: a call that answers
+    /// on its first poll (most tools, a scripted model) never touches the
+    /// timer wheel. The deadline is fixed when it is made, as tokio's is.
+    struct Deadline<F> {
+        #[pin]
+        future: F,
+        end: Instant,
+        sleep: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
+    }
+}
+
+impl<F: std::future::Future> std::future::Future for Deadline<F> {
+    type Output = Option<F::Output>;
+
+    fn poll(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        let this = self.project();
+        if let std::task::Poll::Ready(output) = this.future.poll(cx) {
+            return std::task::Poll::Ready(Some(output));
+        }
+        let end = *this.end;
+        let sleep = this
+            .sleep
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(end)));
+        sleep.as_mut().poll(cx).map(|()| None)
     }
 }

@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 use tinyagents_core::{CallId, TinyAgentsError, ToolCall};
+use tinyagents_middleware::Hook;
 
 use super::Run;
 use super::nested::{NestedRequest, NestedRunner, NestedStatus};
@@ -89,7 +90,7 @@ impl Run<'_> {
         }
         // Settlement sees the call after it ran; copy its arguments only
         // when a middleware will look at them.
-        let settled_call = if harness.middlewares.is_empty() {
+        let settled_call = if !harness.middlewares.any(Hook::ObserveNestedResult) {
             ToolCall::new(id.clone(), call.name.clone(), Value::Null)
         } else {
             call.clone()

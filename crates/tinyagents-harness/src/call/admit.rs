@@ -29,7 +29,7 @@ use tinyagents_core::{
     AgentEvent, CallId, LimitKind, LimitTracker, RunContext, State, TinyAgentsError, ToolCall,
     ToolResult,
 };
-use tinyagents_middleware::{ToolCallRequest, ToolVerdict};
+use tinyagents_middleware::{Hook, ToolCallRequest, ToolVerdict};
 use tinytools::{RegisteredTool, prepare_arguments, prepare_owned_arguments};
 
 use super::contain::contain;
@@ -436,7 +436,7 @@ impl AgentHarness {
         if self.ledger.is_none() {
             return Ok(());
         }
-        let hash = tinyagents_core::args_hash(&a.call.arguments);
+        let hash = super::identity::call_hash(events.redaction(), &a.call.arguments);
         // Boxed: the ledger's future is large and only runs with a ledger.
         let start = Box::pin(self.start_row(
             scope.ctx(),
@@ -508,12 +508,16 @@ impl AgentHarness {
         if let Scope::Model { ctx, .. } = scope {
             a.approved_by_person = ctx.is_call_approved(&a.call);
         }
-        for middleware in self.middlewares.iter() {
-            let name = middleware.name();
+        let hook = match scope {
+            Scope::Model { .. } => Hook::BeforeTool,
+            Scope::Nested { .. } => Hook::CheckNestedTool,
+        };
+        for hooked in self.middlewares.with(hook) {
+            let name = hooked.name();
             match scope {
                 Scope::Model { ctx, state, .. } => {
-                    let verdict =
-                        contain(name, middleware.before_tool(ctx, state, &mut a.call)).await?;
+                    let built = hooked.build(hook, |m| m.before_tool(ctx, state, &mut a.call));
+                    let verdict = contain(name, built).await?;
                     // The lookup matched the spec's name: no copy needed
                     // to tell whether a middleware changed it.
                     let tool = a.entry.map(|entry| entry.spec().name.as_str());
@@ -540,7 +544,8 @@ impl AgentHarness {
                     if planted(Mutation::SkipNestedPolicy) {
                         continue;
                     }
-                    contain(name, middleware.check_nested_tool(ctx, state, &a.call)).await?;
+                    let built = hooked.build(hook, |m| m.check_nested_tool(ctx, state, &a.call));
+                    contain(name, built).await?;
                 }
             }
         }

@@ -11,6 +11,8 @@ mod admit;
 mod contain;
 mod emit;
 mod execute;
+mod hooks;
+mod identity;
 mod redact;
 mod settle;
 
@@ -18,5 +20,7 @@ pub(crate) use admit::{Admission, Admitted, Scope, refusal_text};
 pub(crate) use contain::{contain, panic_text, panicked};
 pub(crate) use emit::ToolEvents;
 pub(crate) use execute::CallSite;
+pub(crate) use hooks::Hooks;
+pub(crate) use identity::call_hash;
 pub(crate) use redact::Redaction;
 pub(crate) use settle::{CallOutcome, SettleScope, Settlement};

@@ -8,22 +8,25 @@ use std::sync::Arc;
 
 use serde_json::Value;
 use tinyagents_core::{TinyAgentsError, ToolCall, ToolResult};
-use tinyagents_middleware::Middleware;
+use tinyagents_middleware::Hook;
+
+use super::hooks::Hooks;
 
 /// The run's redaction: every middleware's `redact`, in order.
 #[derive(Clone)]
 pub(crate) struct Redaction {
-    middlewares: Arc<[Arc<dyn Middleware>]>,
+    middlewares: Arc<Hooks>,
 }
 
 impl Redaction {
-    pub(crate) fn new(middlewares: Arc<[Arc<dyn Middleware>]>) -> Self {
+    pub(crate) fn new(middlewares: Arc<Hooks>) -> Self {
         Self { middlewares }
     }
 
-    /// Whether any middleware could change a payload.
+    /// Whether any middleware could change a payload: one whose `redact`
+    /// is not known to be the provided one, which does nothing.
     pub(crate) fn is_active(&self) -> bool {
-        !self.middlewares.is_empty()
+        self.middlewares.any(Hook::Redact)
     }
 
     /// Scrubs `payload` in place.
@@ -34,14 +37,16 @@ impl Redaction {
     /// Scrubs `payload` in place; `Err` names the middleware whose `redact`
     /// panicked (the payload was replaced by a placeholder).
     fn scrub(&self, payload: &mut Value) -> Result<(), &str> {
-        for middleware in self.middlewares.iter() {
-            let scrubbed = catch_unwind(AssertUnwindSafe(|| middleware.redact(payload)));
+        for hooked in self.middlewares.with(Hook::Redact) {
+            let scrubbed = catch_unwind(AssertUnwindSafe(|| {
+                hooked.build(Hook::Redact, |m| m.redact(payload));
+            }));
             if scrubbed.is_err() {
                 *payload = Value::String(format!(
                     "[withheld: redaction by {} failed]",
-                    middleware.name()
+                    hooked.name()
                 ));
-                return Err(middleware.name());
+                return Err(hooked.name());
             }
         }
         Ok(())

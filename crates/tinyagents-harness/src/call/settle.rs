@@ -7,6 +7,7 @@
 
 use tinyagents_core::{CallId, RunContext, State, TinyAgentsError, ToolCall, ToolResult};
 use tinyagents_ledger::Outcome;
+use tinyagents_middleware::Hook;
 use tinytools::{ToolSpec, cut};
 
 use super::contain::{contain, contain_unit};
@@ -119,9 +120,10 @@ impl AgentHarness {
         match scope {
             SettleScope::Model { ctx, state } => {
                 truncate(&mut result.content, ctx.limits.max_tool_result_bytes);
-                for middleware in self.middlewares.iter().rev() {
-                    let name = middleware.name();
-                    let hook = middleware.after_tool(ctx, state, call, &mut result);
+                for hooked in self.middlewares.with(Hook::AfterTool).rev() {
+                    let name = hooked.name();
+                    let hook =
+                        hooked.build(Hook::AfterTool, |m| m.after_tool(ctx, state, call, &mut result));
                     if let Err(withheld) = contain(name, hook).await {
                         let text = format!("result withheld: {withheld}");
                         result = ToolResult::error(text.clone());
@@ -144,9 +146,11 @@ impl AgentHarness {
                 // A nested result cannot steer the run.
                 result.control = None;
                 if error.is_none() {
-                    for middleware in self.middlewares.iter() {
-                        let hook = middleware.observe_nested_result(ctx, state, call, &result);
-                        if let Err(failed) = contain_unit(middleware.name(), hook).await {
+                    for hooked in self.middlewares.with(Hook::ObserveNestedResult) {
+                        let hook = hooked.build(Hook::ObserveNestedResult, |m| {
+                            m.observe_nested_result(ctx, state, call, &result)
+                        });
+                        if let Err(failed) = contain_unit(hooked.name(), hook).await {
                             let text = format!("result withheld: {failed}");
                             result = ToolResult::error(text.clone());
                             error = Some(TinyAgentsError::tool_failed(call.name.clone(), text));
