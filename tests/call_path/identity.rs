@@ -90,12 +90,16 @@ async fn i32_model_issued_calls_differing_only_in_a_redacted_secret_never_share_
 #[tokio::test]
 async fn i32_nested_calls_differing_only_in_a_redacted_secret_never_share_a_row_hash() {
     assert_one_rule(Origin::Nested, row_hashes(Origin::Nested).await);
-    assert_one_rule(Origin::NestedOfNested, row_hashes(Origin::NestedOfNested).await);
+    assert_one_rule(
+        Origin::NestedOfNested,
+        row_hashes(Origin::NestedOfNested).await,
+    );
 }
 
 #[tokio::test]
 async fn i32_the_same_arguments_hash_alike_on_every_origin() {
-    let hashes: Vec<[String; 3]> = futures_util::future::join_all(Origin::ALL.map(row_hashes)).await;
+    let hashes: Vec<[String; 3]> =
+        futures_util::future::join_all(Origin::ALL.map(row_hashes)).await;
     // Keyed hashes are per process, so the same card hashes alike
     // whatever the origin; the plain one is the documented digest.
     for other in &hashes[1..] {
@@ -107,13 +111,10 @@ async fn i32_the_same_arguments_hash_alike_on_every_origin() {
 async fn i32_an_approval_runs_its_own_call_of_two_differing_only_in_a_redacted_secret() {
     let received: Arc<Mutex<Vec<Value>>> = Arc::default();
     let seen = Arc::clone(&received);
-    let pay = counted(
-        spec("pay").approval_required(),
-        move |args: &Value| {
-            seen.lock().push(args.clone());
-            Ok(ToolResult::text("paid"))
-        },
-    );
+    let pay = counted(spec("pay").approval_required(), move |args: &Value| {
+        seen.lock().push(args.clone());
+        Ok(ToolResult::text("paid"))
+    });
     let harness = harness(
         one_turn(&[
             Origin::Model.call("pay", json!({"card": CARD_A})),

@@ -11,15 +11,12 @@ use futures_util::Stream;
 use futures_util::future::BoxFuture;
 use tinyagents_core::{AgentEvent, CancellationToken, RunId, TinyAgentsError};
 
-use crate::agent_loop::ResumeOptions;
+use crate::durable::ResumeOptions;
 use crate::events::{EventReceiver, EventSink, driven_channel};
 use crate::harness::AgentHarness;
 use crate::run::{AgentRun, ApprovalDecision, RunRequest, SuspendedRun};
 
-/// How many events a [`RunHandle`] buffers unless
-/// [`AgentHarnessBuilder::event_buffer`](crate::AgentHarnessBuilder::event_buffer)
-/// says otherwise.
-pub const DEFAULT_EVENT_BUFFER: usize = 256;
+pub use crate::events::DEFAULT_EVENT_BUFFER;
 
 type RunFuture<'h, E> = BoxFuture<'h, Result<AgentRun, E>>;
 

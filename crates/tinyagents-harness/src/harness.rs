@@ -5,50 +5,40 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value};
 use tinyagents_core::{
-    AgentId, CallId, ChatModel, ModelOptions, PayloadCapture, RunId, RunLimits, TinyAgentsError,
-    ToolDefinition,
+    AgentId, ChatModel, ModelOptions, PayloadCapture, RunLimits, TinyAgentsError,
 };
 use tinyagents_ledger::{EffectLedger, LedgerFailure};
 use tinyagents_middleware::{Middleware, SecurityGate, ToolMiddleware};
-use tinytools::{InvalidArgsPolicy, RegisteredTool, Tool, ToolRegistry};
+use tinytools::{InvalidArgsPolicy, Tool, ToolRegistry};
+
+use crate::call::{CallPath, Hooks};
+use crate::resumed::Resumed;
 
 /// Runs agents: a model, its tools, the policies around them and the limits
 /// of each run. Cheap to share; one harness runs many runs at once.
 pub struct AgentHarness {
     pub(crate) model: Arc<dyn ChatModel>,
-    pub(crate) tools: Arc<ToolRegistry>,
-    pub(crate) allowed: Option<HashSet<String>>,
-    pub(crate) model_tools: Vec<ToolDefinition>,
-    pub(crate) middlewares: Arc<crate::call::Hooks>,
-    pub(crate) wraps: Vec<Arc<dyn ToolMiddleware>>,
-    pub(crate) wraps_concurrent_safe: bool,
-    pub(crate) gate: Option<Arc<dyn SecurityGate>>,
+    /// The call path's configuration: tools, hooks, wraps, gate, ledger.
+    pub(crate) calls: CallPath,
     pub(crate) limits: RunLimits,
     pub(crate) capture: PayloadCapture,
     pub(crate) system_prompt: Option<String>,
     pub(crate) options: ModelOptions,
-    pub(crate) injected: Map<String, Value>,
-    pub(crate) invalid_args: InvalidArgsPolicy,
-    pub(crate) agent_id: Option<AgentId>,
-    pub(crate) detailed_errors: bool,
-    pub(crate) ledger: Option<Arc<dyn EffectLedger>>,
-    pub(crate) ledger_failure: LedgerFailure,
     pub(crate) event_buffer: usize,
     /// Told to every run as `Warning` events after `RunStarted`.
     pub(crate) warnings: Arc<[String]>,
-    /// Waiting calls decided by a resume, by run: without a ledger, the
-    /// record that a suspended state was resumed and its approvals used
-    /// (for this harness's lifetime).
-    pub(crate) approvals_used: Arc<parking_lot::Mutex<HashSet<(RunId, CallId)>>>,
+    /// The one piece of process state: without a ledger, the waiting calls
+    /// resumes have decided (a suspended state resumes once).
+    pub(crate) resumed: Resumed,
 }
 
 impl std::fmt::Debug for AgentHarness {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("AgentHarness")
             .field("model", &self.model.name())
-            .field("tools", &self.tools.len())
-            .field("middlewares", &self.middlewares.len())
-            .field("wraps", &self.wraps.len())
+            .field("tools", &self.calls.tools.len())
+            .field("middlewares", &self.calls.middlewares.len())
+            .field("wraps", &self.calls.wraps.len())
             .field("limits", &self.limits)
             .finish_non_exhaustive()
     }
@@ -81,7 +71,7 @@ impl AgentHarness {
             detailed_errors: false,
             ledger: None,
             ledger_failure: LedgerFailure::Abort,
-            event_buffer: crate::handle::DEFAULT_EVENT_BUFFER,
+            event_buffer: crate::events::DEFAULT_EVENT_BUFFER,
             warnings: Vec::new(),
             problems: Vec::new(),
         }
@@ -94,7 +84,7 @@ impl AgentHarness {
 
     /// The registry.
     pub fn tools(&self) -> &ToolRegistry {
-        &self.tools
+        &self.calls.tools
     }
 
     /// How many events a run started with [`AgentHarness::start`] buffers
@@ -105,25 +95,7 @@ impl AgentHarness {
 
     /// The agent this harness runs, if named.
     pub fn agent_id(&self) -> Option<&AgentId> {
-        self.agent_id.as_ref()
-    }
-
-    /// The tool the model (or a nested call) may call by `name`: in the
-    /// registry's model dispatch and in the run's allow-list.
-    pub(crate) fn lookup(&self, name: &str) -> Option<&RegisteredTool> {
-        if self
-            .allowed
-            .as_ref()
-            .is_some_and(|allowed| !allowed.contains(name))
-        {
-            return None;
-        }
-        self.tools.model_dispatch().get(name)
-    }
-
-    /// Whether a call of `entry` may overlap other concurrency-safe calls.
-    pub(crate) fn runs_shared(&self, entry: &RegisteredTool) -> bool {
-        self.wraps_concurrent_safe && entry.tool().is_concurrency_safe()
+        self.calls.agent_id.as_ref()
     }
 }
 
@@ -385,26 +357,29 @@ impl AgentHarnessBuilder {
         let wraps_concurrent_safe = self.wraps.iter().all(|w| w.concurrent_safe());
         Ok(AgentHarness {
             model: self.model,
-            tools: Arc::new(self.tools),
-            allowed: self.allowed,
-            model_tools,
-            middlewares: Arc::new(crate::call::Hooks::new(self.middlewares)),
-            wraps: self.wraps,
-            wraps_concurrent_safe,
-            gate: self.gate,
+            calls: CallPath {
+                tools: Arc::new(self.tools),
+                allowed: self.allowed,
+                model_tools,
+                middlewares: Arc::new(Hooks::new(self.middlewares)),
+                wraps: self.wraps,
+                wraps_concurrent_safe,
+                gate: self.gate,
+                injected: self.injected,
+                invalid_args: self.invalid_args,
+                detailed_errors: self.detailed_errors,
+                ledger: self.ledger,
+                ledger_failure: self.ledger_failure,
+                agent_id: self.agent_id,
+                tool_timeout: self.limits.tool_timeout,
+            },
             limits: self.limits,
             capture: self.capture,
             system_prompt: self.system_prompt,
             options: self.options,
-            injected: self.injected,
-            invalid_args: self.invalid_args,
-            agent_id: self.agent_id,
-            detailed_errors: self.detailed_errors,
-            ledger: self.ledger,
-            ledger_failure: self.ledger_failure,
             event_buffer: self.event_buffer,
             warnings: self.warnings.into(),
-            approvals_used: Arc::default(),
+            resumed: Resumed::default(),
         })
     }
 }

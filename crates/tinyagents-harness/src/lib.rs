@@ -26,8 +26,8 @@
 //!
 //! [`AgentEvent`]: tinyagents_core::AgentEvent
 
-mod agent_loop;
 mod call;
+mod durable;
 mod events;
 mod handle;
 mod harness;
@@ -35,13 +35,15 @@ mod harness;
 pub mod mutation;
 #[cfg(not(feature = "sim-mutations"))]
 mod mutation;
+mod resumed;
 mod run;
-mod seal;
-mod segment;
-mod tool;
 mod trace;
+mod turns;
 
-pub use agent_loop::{Reconciliation, ResumeOptions};
+pub use call::Reconciliation;
+pub use call::ToolExecutionContext;
+pub use durable::ResumeOptions;
+pub use durable::seal::{SEAL_KEY_MIN_BYTES, SEALED_RUN_FORMAT, SealedRun};
 pub use events::{EventReceiver, EventSink, STALLED_READER_GRACE, event_channel};
 pub use handle::{DEFAULT_EVENT_BUFFER, RunHandle, RunHandleFuture};
 pub use harness::{AgentHarness, AgentHarnessBuilder};
@@ -49,5 +51,3 @@ pub use run::{
     AgentRun, ApprovalDecision, OUTPUT_SCHEMA_PROPERTY, PendingCall, RunRequest, SESSION_PROPERTY,
     SUSPENDED_RUN_FORMAT, SuspendedRun, TurnEntry,
 };
-pub use seal::{SEAL_KEY_MIN_BYTES, SEALED_RUN_FORMAT, SealedRun};
-pub use tool::ToolExecutionContext;

@@ -221,11 +221,7 @@ pub fn take_default_hook() -> Option<DefaultHook> {
 }
 
 /// Whether `note` names `middleware`'s provided `hook`.
-pub fn is_default_hook(
-    note: Option<DefaultHook>,
-    middleware: &dyn Middleware,
-    hook: Hook,
-) -> bool {
+pub fn is_default_hook(note: Option<DefaultHook>, middleware: &dyn Middleware, hook: Hook) -> bool {
     note.is_some_and(|note| {
         note.hook == hook
             && note.address == std::ptr::from_ref(middleware).cast::<()>() as usize

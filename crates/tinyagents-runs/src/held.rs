@@ -17,8 +17,7 @@ use async_trait::async_trait;
 use tinyagents_core::{CallId, RunId};
 use tinyagents_ledger::{
     Checkpoint, CheckpointEntry, EffectLedger, InDoubt, LedgerError, LedgerResult, LedgerRow,
-    Outcome, PruneReport,
-    Resolve, RunState, SharedLedger, StartedRow, Timestamp,
+    Outcome, PruneReport, Resolve, RunState, SharedLedger, StartedRow, Timestamp,
 };
 
 use crate::plan::is_bare_claim;
@@ -136,7 +135,9 @@ impl EffectLedger for HeldLedger {
         version: u64,
         entry: Arc<dyn CheckpointEntry>,
     ) -> LedgerResult<()> {
-        self.inner.append_checkpoint_entry(run, version, entry).await
+        self.inner
+            .append_checkpoint_entry(run, version, entry)
+            .await
     }
 
     async fn load_checkpoint(&self, run: &RunId) -> LedgerResult<Option<Checkpoint>> {

@@ -40,7 +40,9 @@ pub(crate) fn open(rt: &tokio::runtime::Runtime, kind: LedgerKind) -> Arc<dyn Ef
     match kind {
         LedgerKind::Memory => Arc::new(MemoryLedger::new()),
         LedgerKind::Sqlite => {
-            let path = bench_file("agent_loop-ledger.sqlite");
+            // One file per process: `cargo xtask bench --instructions` runs
+            // two valgrind jobs at once, which must not share a database.
+            let path = bench_file(&format!("agent_loop-ledger-{}.sqlite", std::process::id()));
             for suffix in ["", "-wal", "-shm"] {
                 let mut file = path.clone().into_os_string();
                 file.push(suffix);

@@ -18,7 +18,7 @@
 //! | approval | a flagged tool nothing approved defers | — |
 //! | budget | — | one slot of the shared pool, given back on refusal |
 //! | hold | — | the concurrency gate, under the parent's hold |
-//! | ledger | the turn's started rows, written together | the started row |
+//! | ledger | the started row decided (hash, replay class: `Never` for a call a person approved); the turn writes its rows together | the started row, written |
 
 use crate::mutation::{Mutation, planted};
 use std::future::Future;
@@ -27,16 +27,16 @@ use std::panic::AssertUnwindSafe;
 use futures_util::FutureExt;
 use tinyagents_core::{
     AgentEvent, CallId, LimitKind, LimitTracker, RunContext, State, TinyAgentsError, ToolCall,
-    ToolResult,
+    ToolReplay, ToolResult,
 };
 use tinyagents_middleware::{Hook, ToolCallRequest, ToolVerdict};
 use tinytools::{RegisteredTool, prepare_arguments, prepare_owned_arguments};
 
+use super::CallPath;
 use super::contain::contain;
 use super::emit::ToolEvents;
-use crate::agent_loop::Start;
-use crate::agent_loop::nested::{Hold, HoldKind, NestedRunner, REFUSAL_CAP};
-use crate::harness::AgentHarness;
+use super::ledger::Start;
+use super::nested::{Hold, HoldKind, NestedRunner, REFUSAL_CAP};
 
 /// Where a call comes from, with what its admission may borrow.
 pub(crate) enum Scope<'a> {
@@ -117,7 +117,7 @@ const STAGES: [(Stage, Applies); 13] = [
     (Stage::Approval, Applies::Model),
     (Stage::Budget, Applies::Nested),
     (Stage::Hold, Applies::Nested),
-    (Stage::Ledger, Applies::Nested),
+    (Stage::Ledger, Applies::Both),
 ];
 
 /// An admitted call, ready to run.
@@ -128,8 +128,12 @@ pub(crate) struct Admitted<'h> {
     pub(crate) hold: Option<(Hold, HoldKind)>,
     /// Settled before a crash: its recorded result answers it.
     pub(crate) recorded: Option<ToolResult>,
-    /// The idempotency key's hash, when a ledger recorded the start.
+    /// The idempotency key's hash (`call_hash`), with a ledger.
     pub(crate) args_hash: Option<String>,
+    /// The replay class its started row records: the tool's, or `Never`
+    /// for a call a person approved (an approval authorises one
+    /// execution).
+    pub(crate) replay: ToolReplay,
 }
 
 /// How admission of one call ended.
@@ -156,6 +160,7 @@ struct Admitting<'h, 'a> {
     hold: Option<(Hold, HoldKind)>,
     recorded: Option<ToolResult>,
     args_hash: Option<String>,
+    replay: ToolReplay,
 }
 
 /// How a stage ended other than by passing the call on.
@@ -164,7 +169,7 @@ enum Stop {
     Fatal(TinyAgentsError),
 }
 
-impl AgentHarness {
+impl CallPath {
     /// Admits one call through every stage of the table that applies to its
     /// origin. A refusal gives back the nested budget slot the call had
     /// reserved (its place in the parent's refusal quota is the runner's:
@@ -201,6 +206,7 @@ impl AgentHarness {
             hold: None,
             recorded: None,
             args_hash: None,
+            replay: ToolReplay::Never,
         };
         let nested = scope.is_nested();
         for (stage, applies) in STAGES {
@@ -260,6 +266,7 @@ impl AgentHarness {
             hold,
             recorded,
             args_hash,
+            replay,
             ..
         } = admitting;
         consume_approval(&mut scope, &call);
@@ -278,6 +285,7 @@ impl AgentHarness {
             hold,
             recorded,
             args_hash,
+            replay,
         })
     }
 
@@ -424,8 +432,13 @@ impl AgentHarness {
         Ok(())
     }
 
-    /// A nested call's started row (a model-issued turn writes its rows
-    /// together, after admission).
+    /// The started row. Its hash is the one rule (`call_hash`) on every
+    /// origin, its replay class the tool's unless a person approved the
+    /// call (then `Never`: met again in doubt, it is put to its tool, not
+    /// run twice). A nested call's row is written here; a model-issued
+    /// turn writes its admitted calls' rows together once the turn is
+    /// admitted (`CallPath::start_group`), so a durable ledger commits
+    /// them at once.
     async fn ledger_start<'h, 'a>(
         &'h self,
         scope: &Scope<'a>,
@@ -433,20 +446,23 @@ impl AgentHarness {
         a: &mut Admitting<'h, 'a>,
     ) -> Result<(), Stop> {
         let entry = a.entry.ok_or_else(|| Stop::Refuse(before_lookup()))?;
-        if self.ledger.is_none() {
+        a.replay = if a.approved_by_person {
+            ToolReplay::Never
+        } else {
+            entry.spec().replay
+        };
+        if self.ledger.is_none() || a.deferred.is_some() {
             return Ok(());
         }
         let hash = super::identity::call_hash(events.redaction(), &a.call.arguments);
+        if !scope.is_nested() {
+            a.args_hash = Some(hash);
+            return Ok(());
+        }
         // Boxed: the ledger's future is large and only runs with a ledger.
-        let start = Box::pin(self.start_row(
-            scope.ctx(),
-            events,
-            &a.call,
-            entry,
-            hash.clone(),
-            entry.spec().replay,
-        ))
-        .await;
+        let start =
+            Box::pin(self.start_row(scope.ctx(), events, &a.call, entry, hash.clone(), a.replay))
+                .await;
         a.args_hash = Some(hash);
         match start {
             Start::Run => Ok(()),
@@ -663,17 +679,13 @@ impl Drop for NestedSlot<'_> {
 }
 
 /// The model-readable text of a refusal.
-pub(crate) fn refusal_text(harness: &AgentHarness, error: &TinyAgentsError) -> String {
+pub(crate) fn refusal_text(path: &CallPath, error: &TinyAgentsError) -> String {
     match error {
         TinyAgentsError::LimitExceeded { kind, limit, .. } => {
             format!("refused: the run reached its {kind} limit of {limit}")
         }
         TinyAgentsError::ToolNotFound { name } => {
-            let available: Vec<&str> = harness
-                .model_tools
-                .iter()
-                .map(|d| d.name.as_str())
-                .collect();
+            let available: Vec<&str> = path.model_tools.iter().map(|d| d.name.as_str()).collect();
             format!(
                 "tool not found: {name}. Available tools: {}",
                 available.join(", ")

@@ -13,12 +13,13 @@ use tinytools::{IdempotencyKey, ProgressSink, RegisteredTool, ToolCallOptions, T
 use tokio::time::Instant;
 use tracing::Instrument;
 
+use super::CallEnv;
 use super::contain::panic_text;
+use super::nested::{NestedRunner, attach_summary};
 use super::settle::CallOutcome;
-use crate::agent_loop::nested::{NestedRunner, attach_summary};
-use crate::agent_loop::{Run, millis, with_deadline};
-use crate::tool::{NESTED_SCOPE, NestedScope, NestedToolRunner, ToolExecutionContext};
-use crate::trace::{self, ToolSpan};
+use super::timing::{millis, with_deadline};
+use super::{NESTED_SCOPE, NestedScope, NestedToolRunner, ToolExecutionContext};
+use super::{ToolSpan, tool_ended};
 
 /// Where a call runs: under which parent, with which nested-call runner,
 /// with which idempotency key's hash.
@@ -36,7 +37,7 @@ pub(crate) struct CallSite<'a> {
     pub(crate) parent_span: Option<&'a tracing::Span>,
 }
 
-impl Run<'_> {
+impl CallEnv<'_> {
     /// Runs one call through the onion under its timeout.
     pub(crate) async fn execute_call(
         &self,
@@ -44,8 +45,8 @@ impl Run<'_> {
         entry: &RegisteredTool,
         site: CallSite<'_>,
     ) -> CallOutcome {
-        let harness = self.harness;
-        let ctx = &self.ctx;
+        let harness = self.path;
+        let ctx = self.ctx;
         let CallSite {
             parent_call_id,
             nested,
@@ -78,13 +79,13 @@ impl Run<'_> {
             name: &spec.name,
             provider_id,
             parent: parent_span,
-            run: &self.shared,
+            run: self.shared,
         };
-        let span = tool_span.open(&self.events, || self.events.redaction().arguments(&call));
+        let span = tool_span.open(self.events, || self.events.redaction().arguments(&call));
         let extension = Arc::new(ToolExecutionContext::new(
             Some(runner),
             call_id.clone(),
-            Some(Arc::clone(&self.shared)),
+            Some(Arc::clone(self.shared)),
             span.clone(),
         ));
         let mut tool_context = self.tool_context(&call.id).with_host_extension(extension);
@@ -136,7 +137,7 @@ impl Run<'_> {
             Some(Ok(result)) => result,
         };
         let max_bytes = ctx.limits.max_tool_result_bytes;
-        trace::tool_ended(&span, &result, &self.events, max_bytes);
+        tool_ended(&span, &result, self.events, max_bytes);
         drop(span);
         if let Some(runner) = nested {
             let (summary, abandoned) = runner.finish_parent(&call_id);
@@ -154,15 +155,32 @@ impl Run<'_> {
         }
     }
 
+    /// Runs one admitted call and writes its settled row as soon as it
+    /// ends, so a crash later in the turn does not put a finished call in
+    /// doubt.
+    pub(crate) async fn run_call(
+        &self,
+        call: ToolCall,
+        entry: &RegisteredTool,
+        site: CallSite<'_>,
+    ) -> CallOutcome {
+        let id = call.id.clone();
+        let outcome = self.execute_call(call, entry, site).await;
+        self.path
+            .record(self.ctx, self.events, &id, entry.spec(), &outcome)
+            .await;
+        outcome
+    }
+
     fn tool_context(&self, call_id: &CallId) -> ToolRunContext {
-        let ctx = &self.ctx;
+        let ctx = self.ctx;
         let context = ToolRunContext::new(
             ctx.run_id.clone(),
             call_id.clone(),
             ctx.cancellation().clone(),
         )
         .with_agent(ctx.agent_id.clone());
-        let events = self.sink();
+        let events = self.events.sink();
         if events.is_active() && !call_id.is_nested() {
             let sink = events.clone();
             let progress: ProgressSink = Arc::new(move |p| {

@@ -42,10 +42,8 @@ impl Redaction {
                 hooked.build(Hook::Redact, |m| m.redact(payload));
             }));
             if scrubbed.is_err() {
-                *payload = Value::String(format!(
-                    "[withheld: redaction by {} failed]",
-                    hooked.name()
-                ));
+                *payload =
+                    Value::String(format!("[withheld: redaction by {} failed]", hooked.name()));
                 return Err(hooked.name());
             }
         }

@@ -10,10 +10,10 @@ use tinyagents_ledger::Outcome;
 use tinyagents_middleware::Hook;
 use tinytools::{ToolSpec, cut};
 
+use super::CallPath;
 use super::contain::{contain, contain_unit};
 use super::emit::ToolEvents;
-use crate::agent_loop::nested::{NestedRunner, NestedStatus};
-use crate::harness::AgentHarness;
+use super::nested::{NestedRunner, NestedStatus};
 
 /// What running one call gave.
 #[derive(Debug)]
@@ -89,7 +89,7 @@ pub(crate) enum Settlement {
     Claimed,
 }
 
-impl AgentHarness {
+impl CallPath {
     /// Settles one call that ran (or was answered from its ledger row).
     pub(crate) async fn settle(
         &self,
@@ -122,8 +122,9 @@ impl AgentHarness {
                 truncate(&mut result.content, ctx.limits.max_tool_result_bytes);
                 for hooked in self.middlewares.with(Hook::AfterTool).rev() {
                     let name = hooked.name();
-                    let hook =
-                        hooked.build(Hook::AfterTool, |m| m.after_tool(ctx, state, call, &mut result));
+                    let hook = hooked.build(Hook::AfterTool, |m| {
+                        m.after_tool(ctx, state, call, &mut result)
+                    });
                     if let Err(withheld) = contain(name, hook).await {
                         let text = format!("result withheld: {withheld}");
                         result = ToolResult::error(text.clone());

@@ -4,14 +4,14 @@
 
 use tinyagents_core::{
     CallId, ChatResponse, LimitKind, Message, RunStatus, TinyAgentsError, ToolCall, ToolControl,
-    ToolResult,
+    ToolReplay, ToolResult,
 };
 use tinytools::{RegisteredTool, ToolErrorPolicy};
 
 use super::{Run, TurnEnd};
-use crate::call::{Admission, CallOutcome, Scope, SettleScope, Settlement, refusal_text};
+use crate::call::ToolSpan;
+use crate::call::{Admission, Admitted, CallOutcome, Scope, SettleScope, Settlement, refusal_text};
 use crate::run::{PendingCall, TurnEntry};
-use crate::trace::ToolSpan;
 
 /// One call of a turn, as admission leaves it.
 pub(crate) enum Slot<'h> {
@@ -21,6 +21,8 @@ pub(crate) enum Slot<'h> {
         call: ToolCall,
         entry: &'h RegisteredTool,
         args_hash: Option<String>,
+        /// The replay class its started row records (admission's).
+        replay: ToolReplay,
         /// How it ran; `None` until it has (or when the run was cancelled
         /// before it started).
         outcome: Option<CallOutcome>,
@@ -50,10 +52,21 @@ struct Fold {
     fatal: Option<TinyAgentsError>,
 }
 
-impl Slot<'_> {
+impl<'h> Slot<'h> {
+    /// A call as admission admitted it: nothing it decided is dropped.
+    pub(crate) fn admitted(admitted: Admitted<'h>) -> Self {
+        Slot::Run {
+            call: admitted.call,
+            entry: admitted.entry,
+            args_hash: admitted.args_hash,
+            replay: admitted.replay,
+            outcome: None,
+        }
+    }
+
     /// Whether this admitted call may overlap other concurrency-safe calls.
     pub(crate) fn runs_shared(&self, harness: &crate::harness::AgentHarness) -> bool {
-        matches!(self, Slot::Run { entry, .. } if harness.runs_shared(entry))
+        matches!(self, Slot::Run { entry, .. } if harness.calls.runs_shared(entry))
     }
 }
 
@@ -161,13 +174,8 @@ impl<'h> Run<'h> {
                 state: &self.state,
                 position,
             };
-            let slot = match harness.admit(scope, &self.events, call).await {
-                Admission::Run(admitted) => Slot::Run {
-                    call: admitted.call,
-                    entry: admitted.entry,
-                    args_hash: None,
-                    outcome: None,
-                },
+            let slot = match harness.calls.admit(scope, &self.events, call).await {
+                Admission::Run(admitted) => Slot::admitted(admitted),
                 Admission::Refused(call, error) => {
                     if matches!(error, TinyAgentsError::LimitExceeded { .. }) {
                         limit.get_or_insert_with(|| error.clone());
@@ -216,7 +224,7 @@ impl<'h> Run<'h> {
     /// A call refused before it ran: its events, and its (redacted) refusal
     /// as its result.
     pub(crate) async fn refused_slot(&self, call: ToolCall, error: &TinyAgentsError) -> Slot<'h> {
-        let text = refusal_text(self.harness, error);
+        let text = refusal_text(&self.harness.calls, error);
         self.refused_span(&call, error.error_type(), &text);
         self.events.refused(&call, &text).await;
         let text = self.events.redaction().text(text);
@@ -259,7 +267,7 @@ impl<'h> Run<'h> {
                 },
                 Slot::Recorded { call, result } => {
                     self.events.started(&call).await;
-                    let entry = self.harness.lookup(&call.name);
+                    let entry = self.harness.calls.lookup(&call.name);
                     let outcome = CallOutcome::recorded(result);
                     self.settle_call(call, entry, outcome, &mut fold).await;
                 }
@@ -325,6 +333,7 @@ impl<'h> Run<'h> {
         };
         let (mut result, error) = match self
             .harness
+            .calls
             .settle(scope, &self.events, &call, outcome)
             .await
         {
@@ -332,9 +341,8 @@ impl<'h> Run<'h> {
             Settlement::Deferred(reason) => {
                 // It asked for a person while it ran and did not act: an
                 // approval it ran under was not used.
-                if self.harness.ledger.is_none() {
-                    let key = (self.ctx.run_id.clone(), call.id.clone());
-                    self.harness.approvals_used.lock().remove(&key);
+                if self.harness.calls.ledger.is_none() {
+                    self.harness.resumed.release(&self.ctx.run_id, &call.id);
                 }
                 let call = self.with_arguments(call);
                 let run_id = self.ctx.run_id.clone();

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use serde_json::Value;
 use tinyagents_core::{CallId, TinyAgentsError, ToolResult};
 
-use crate::agent_loop::nested::NestedRunner;
+use super::nested::NestedRunner;
 
 /// Where a tool's nested calls go: the runner of the loop that polls it, or
 /// nowhere when nesting is off (every call refused). An enum, not a trait

@@ -10,9 +10,9 @@ use parking_lot::Mutex;
 use serde_json::{Map, Value, json};
 use tinyagents_core::{CallId, CancellationToken, TinyAgentsError, ToolResult};
 
+use super::RunShared;
+use super::ToolSpan;
 use crate::call::ToolEvents;
-use crate::tool::RunShared;
-use crate::trace::ToolSpan;
 use tinytools::cut;
 use tokio::sync::{OwnedRwLockReadGuard, OwnedRwLockWriteGuard, RwLock, mpsc, oneshot};
 use tokio::time::Instant;

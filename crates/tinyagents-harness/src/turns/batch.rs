@@ -8,13 +8,13 @@ use std::sync::Arc;
 use futures_util::future::BoxFuture;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use tinyagents_core::ToolCall;
-use tinytools::RegisteredTool;
 use tinyagents_middleware::Hook;
+use tinytools::RegisteredTool;
 use tokio::sync::mpsc;
 
 use super::Run;
-use super::nested::{NestedRequest, NestedRunner};
 use super::turn::Slot;
+use crate::call::nested::{NestedRequest, NestedRunner};
 use crate::call::{CallOutcome, CallSite};
 
 /// A call of a batch as it runs: its slot, the call, its tool, its hash,
@@ -99,6 +99,7 @@ impl Run<'_> {
             entry,
             args_hash,
             outcome,
+            ..
         } = slot
         else {
             return;
@@ -123,7 +124,7 @@ impl Run<'_> {
     /// What a call runs with. The fold needs a call's arguments only for
     /// `after_tool`, so without middlewares they move into the tool.
     fn call_to_run(&self, call: &mut ToolCall) -> ToolCall {
-        let hooks = &self.harness.middlewares;
+        let hooks = &self.harness.calls.middlewares;
         if !hooks.any(Hook::AfterTool) && !hooks.any(Hook::Redact) {
             ToolCall {
                 id: call.id.clone(),
@@ -197,7 +198,7 @@ impl Run<'_> {
                             }
                             Some(request) = rx.recv() => {
                                 running.push(Box::pin(async move {
-                                    self.serve_nested(runner, request).await;
+                                    self.env().serve_nested(runner, request).await;
                                     Done::Nested
                                 }));
                             }
@@ -261,7 +262,6 @@ impl Run<'_> {
         ids: (Option<&str>, Option<&str>),
         runner: Option<&Arc<NestedRunner>>,
     ) -> CallOutcome {
-        let id = call.id.clone();
         let (args_hash, provider_id) = ids;
         let site = CallSite {
             parent_call_id: None,
@@ -270,10 +270,6 @@ impl Run<'_> {
             provider_id,
             parent_span: None,
         };
-        let outcome = self.execute_call(call, entry, site).await;
-        self.harness
-            .record(&self.ctx, &self.events, &id, entry.spec(), &outcome)
-            .await;
-        outcome
+        self.env().run_call(call, entry, site).await
     }
 }

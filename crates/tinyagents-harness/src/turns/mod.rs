@@ -7,17 +7,13 @@
 //! a tool's nested calls reach the same path through the runner the loop
 //! services while it polls the tool ([`nested`], [`serve`]).
 
+mod approval;
 mod batch;
-mod checkpoint;
+pub(crate) mod checkpoint;
 mod ledger;
-pub(crate) mod nested;
 mod opening;
-mod reconcile;
-mod recover;
-mod resume;
-mod resume_check;
-mod serve;
-mod turn;
+mod replay;
+pub(crate) mod turn;
 
 use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
@@ -34,18 +30,16 @@ use tinyagents_core::{
 use tinyagents_middleware::{Hook, OutputVerdict};
 use tracing::Instrument;
 
-use crate::call::{Redaction, ToolEvents, contain, panic_text, panicked};
+use crate::call::RunShared;
+use crate::call::{
+    CallEnv, Redaction, ToolEvents, contain, millis, panic_text, panicked, with_deadline,
+};
 use crate::events::EventSink;
+use crate::events::segment::SegmentGuard;
 use crate::harness::AgentHarness;
 use crate::mutation::{Mutation, planted};
 use crate::run::{AgentRun, RunRequest};
-use crate::segment::SegmentGuard;
-use crate::tool::RunShared;
 use crate::trace::{self, Segment};
-
-pub(crate) use ledger::Start;
-pub use reconcile::Reconciliation;
-pub use resume::ResumeOptions;
 
 /// One run segment in progress: what the loop's functions share.
 pub(crate) struct Run<'h> {
@@ -63,11 +57,6 @@ pub(crate) struct Run<'h> {
     /// What this segment has persisted of its checkpoint; `None` until its
     /// first, and after a failed write (the next one writes a base).
     pub(crate) cursor: Option<checkpoint::CheckpointCursor>,
-    /// Calls a person approved in this segment: their started rows are
-    /// recorded never replayed, whatever their tool's class (an approval
-    /// authorises one execution; a resume that meets one in doubt asks its
-    /// tool what became of it instead of running it again).
-    pub(crate) approved_once: Vec<CallId>,
     /// In a recovery, the decisions already made on the calls its turn
     /// waited on (`ResumeOptions::decisions`); `None` in any other segment.
     pub(crate) decided: Option<Vec<crate::run::ApprovalDecision>>,
@@ -89,10 +78,6 @@ enum ModelOutcome {
     Response(ChatResponse),
     Cancelled,
     Limit(TinyAgentsError),
-}
-
-pub(crate) fn millis(since: Instant) -> u64 {
-    u64::try_from(since.elapsed().as_millis()).unwrap_or(u64::MAX)
 }
 
 impl AgentHarness {
@@ -149,7 +134,10 @@ impl AgentHarness {
 
     /// The agent's name in spans: its id, or `agent`.
     pub(crate) fn agent_name(&self) -> &str {
-        self.agent_id.as_ref().map_or("agent", |id| id.as_str())
+        self.calls
+            .agent_id
+            .as_ref()
+            .map_or("agent", |id| id.as_str())
     }
 
     /// Opens a run segment over a prepared context and state.
@@ -164,7 +152,7 @@ impl AgentHarness {
             tracker: Arc::clone(ctx.tracker_arc()),
             events: events.clone(),
         });
-        let redaction = Redaction::new(Arc::clone(&self.middlewares));
+        let redaction = Redaction::new(Arc::clone(&self.calls.middlewares));
         let options = ctx
             .properties
             .get(crate::run::OUTPUT_SCHEMA_PROPERTY)
@@ -182,7 +170,6 @@ impl AgentHarness {
             metadata: HashMap::new(),
             limit_reported: false,
             cursor: None,
-            approved_once: Vec::new(),
             decided: None,
             options,
         }
@@ -198,12 +185,12 @@ impl AgentHarness {
         if let Some(token) = request.cancel {
             ctx = ctx.with_cancellation(token);
         }
-        ctx.agent_id = self.agent_id.clone();
+        ctx.agent_id = self.calls.agent_id.clone();
         ctx.depth = request.depth;
         ctx.capture = self.capture;
         ctx.properties = Arc::new(request.properties);
         ctx.extensions = request.extensions;
-        ctx.extensions.insert(Arc::clone(&self.tools));
+        ctx.extensions.insert(Arc::clone(&self.calls.tools));
         let (messages, earlier_calls) = opening::opening(
             self.system_prompt.as_deref(),
             request.history,
@@ -217,6 +204,17 @@ impl AgentHarness {
 }
 
 impl Run<'_> {
+    /// What every call of this run is made in.
+    pub(crate) fn env(&self) -> CallEnv<'_> {
+        CallEnv {
+            path: &self.harness.calls,
+            ctx: &self.ctx,
+            state: &self.state,
+            events: &self.events,
+            shared: &self.shared,
+        }
+    }
+
     /// The sink for events that are not tool events.
     pub(crate) fn sink(&self) -> &EventSink {
         self.events.sink()
@@ -232,7 +230,7 @@ impl Run<'_> {
             if let Err(limit) = self.ctx.check_wall_clock() {
                 return self.limit_reached(limit).await;
             }
-            for hooked in harness.middlewares.with(Hook::BeforeModel) {
+            for hooked in harness.calls.middlewares.with(Hook::BeforeModel) {
                 let hook = hooked.build(Hook::BeforeModel, |m| {
                     m.before_model(&mut self.ctx, &mut self.state)
                 });
@@ -248,7 +246,7 @@ impl Run<'_> {
                 }
                 ModelOutcome::Limit(limit) => return self.limit_reached(limit).await,
             };
-            for hooked in harness.middlewares.with(Hook::AfterModel).rev() {
+            for hooked in harness.calls.middlewares.with(Hook::AfterModel).rev() {
                 let hook = hooked.build(Hook::AfterModel, |m| {
                     m.after_model(&mut self.ctx, &self.state, &mut response)
                 });
@@ -320,7 +318,7 @@ impl Run<'_> {
         let forward = |delta: ModelDelta| events.try_emit(AgentEvent::ModelDelta { turn, delta });
         let request = ChatRequest {
             messages: &self.state.messages,
-            tools: &harness.model_tools,
+            tools: &harness.calls.model_tools,
             options: self.options.as_ref().unwrap_or(&harness.options),
             deltas: if events.is_active() {
                 Some(&forward)
@@ -399,7 +397,7 @@ impl Run<'_> {
     /// The gate's screening of a final answer. Contained: an error or a
     /// panic blocks the output.
     async fn screen_output(&self, text: &str) -> Result<String, TinyAgentsError> {
-        let Some(gate) = &self.harness.gate else {
+        let Some(gate) = &self.harness.calls.gate else {
             return Ok(text.to_owned());
         };
         let by = "security gate (output screening)";
@@ -497,7 +495,7 @@ pub(crate) async fn announce(events: &EventSink, run_id: &RunId, harness: &Agent
     events
         .emit(|| AgentEvent::RunStarted {
             run_id: run_id.clone(),
-            agent_id: harness.agent_id.clone(),
+            agent_id: harness.calls.agent_id.clone(),
         })
         .await;
     for warning in harness.warnings.iter() {
@@ -525,55 +523,4 @@ pub(crate) async fn report_failure(
             .await;
     }
     result
-}
-
-/// Runs `future` within `deadline`; `None` when the deadline passed first.
-/// Not an `async fn`: one of those would keep `future` twice (as its
-/// argument and inside the timeout), doubling every call's future.
-pub(crate) fn with_deadline<F: std::future::Future>(
-    deadline: Option<std::time::Duration>,
-    future: F,
-) -> impl std::future::Future<Output = Option<F::Output>> {
-    use futures_util::future::Either;
-    // A deadline past what the clock can hold is no deadline.
-    match deadline.and_then(|limit| Instant::now().checked_add(limit)) {
-        Some(end) => Either::Left(Deadline {
-            future,
-            end,
-            sleep: None,
-        }),
-        None => Either::Right(future.map(Some)),
-    }
-}
-
-pin_project_lite::pin_project! {
-    /// A future bounded by a deadline, like `tokio::time::timeout`, but its
-    /// timer is made only once the future has to wait: a call that answers
-    /// on its first poll (most tools, a scripted model) never touches the
-    /// timer wheel. The deadline is fixed when it is made, as tokio's is.
-    struct Deadline<F> {
-        #[pin]
-        future: F,
-        end: Instant,
-        sleep: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
-    }
-}
-
-impl<F: std::future::Future> std::future::Future for Deadline<F> {
-    type Output = Option<F::Output>;
-
-    fn poll(
-        self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Self::Output> {
-        let this = self.project();
-        if let std::task::Poll::Ready(output) = this.future.poll(cx) {
-            return std::task::Poll::Ready(Some(output));
-        }
-        let end = *this.end;
-        let sleep = this
-            .sleep
-            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(end)));
-        sleep.as_mut().poll(cx).map(|()| None)
-    }
 }

@@ -6,7 +6,7 @@ use serde_json::{Map, Value};
 use tinyagents_core::{AgentId, CallId, LimitTracker, RunId, TinyAgentsError, ToolResult};
 use tinytools::ToolRunContext;
 
-use super::nested::{NESTED_SCOPE, NestedToolRunner};
+use super::tool_runner::{NESTED_SCOPE, NestedToolRunner};
 use crate::events::EventSink;
 
 /// What the tools of one run segment may know of it; attached to the run's

@@ -7,23 +7,21 @@ use std::time::Duration;
 
 use serde_json::Map;
 use tinyagents_core::{
-    AgentEvent, LimitTracker, Message, RunContext, RunId, State, TinyAgentsError, ToolCall,
-    ToolReplay,
+    AgentEvent, LimitTracker, Message, RunContext, RunId, State, TinyAgentsError,
 };
-use tinyagents_ledger::{CallStatus, EffectLedger, Found, Outcome, RunState};
+use tinyagents_ledger::{CallStatus, EffectLedger, RunState};
 use tracing::Instrument;
 
-use super::Run;
-use super::ledger::{guarded, state_error};
-use super::reconcile::{Doubt, Sweep};
-use super::turn::Slot;
 use crate::ResumeOptions;
+use crate::call::Sweep;
+use crate::call::{guarded, state_error};
 use crate::events::EventSink;
+use crate::events::segment::SegmentGuard;
 use crate::harness::AgentHarness;
 use crate::mutation::{Mutation, planted};
 use crate::run::{AgentRun, SuspendedRun};
-use crate::segment::SegmentGuard;
 use crate::trace::{self, Segment};
+use crate::turns::Run;
 
 impl<'h> Run<'h> {
     /// Settles the run's rows still in doubt that a recovery will not meet
@@ -36,6 +34,7 @@ impl<'h> Run<'h> {
         }
         let harness = self.harness;
         let settled = harness
+            .calls
             .settle_orphans(
                 &self.ctx.run_id,
                 Sweep::Started,
@@ -59,84 +58,6 @@ impl<'h> Run<'h> {
         let message = self.events.redaction().text(message);
         self.sink().emit(|| AgentEvent::Warning { message }).await;
     }
-
-    /// A recovered call whose arguments held a redacted secret: it cannot run
-    /// again. A settled one is answered from its row.
-    pub(crate) async fn blocked_replay(&self, call: ToolCall) -> Slot<'h> {
-        let harness = self.harness;
-        let Some(ledger) = &harness.ledger else {
-            return self.refuse_blocked(call, None).await;
-        };
-        let Ok(Some(row)) = guarded("get", ledger.get(&self.ctx.run_id, &call.id)).await else {
-            return self.refuse_blocked(call, None).await;
-        };
-        if let Some(stored) = row.result {
-            return Slot::Recorded {
-                call,
-                result: stored.to_tool_result(),
-            };
-        }
-        let why = format!(
-            "call {} started before the crash and its arguments held redacted secrets, so it cannot be replayed",
-            call.id
-        );
-        // Its tool can still say whether it acted (it needs no arguments for
-        // that); a finding recorded settles the row, else it is settled here.
-        let (text, settle) = if row.replay == ToolReplay::Never {
-            let doubt = Doubt::of(&row);
-            let tool = harness.tools.get(&row.tool_name);
-            let finding = harness
-                .ask(doubt, tool, &row.tool_name, self.ctx.cancellation())
-                .await;
-            let recorded = harness
-                .record_finding(ledger.as_ref(), self.events.redaction(), doubt, &finding)
-                .await;
-            match (recorded, finding.found) {
-                (Ok(()), Found::Happened(result)) => return Slot::Recorded { call, result },
-                (Ok(()), Found::NotHappened) => (
-                    format!("refused: {}; it never acted, and {why}", finding.note),
-                    false,
-                ),
-                (Ok(()), Found::Unknown) => (
-                    format!("interrupted, outcome unknown: {why}; {}", finding.note),
-                    false,
-                ),
-                (Err(error), _) => (
-                    format!(
-                        "interrupted, outcome unknown: {why}; {} (not recorded: {error})",
-                        finding.note
-                    ),
-                    true,
-                ),
-            }
-        } else {
-            (format!("interrupted, outcome unknown: {why}"), true)
-        };
-        if settle {
-            harness
-                .settle_row(
-                    &self.ctx,
-                    &self.events,
-                    &call.id,
-                    Outcome::Interrupted(text.clone()),
-                )
-                .await;
-        }
-        self.refuse_blocked(call, Some(text)).await
-    }
-
-    /// The refusal of a call that cannot be replayed: `text`, or without a
-    /// row to say more, that its arguments were never persisted.
-    async fn refuse_blocked(&self, call: ToolCall, text: Option<String>) -> Slot<'h> {
-        let text = text.unwrap_or_else(|| {
-            format!(
-                "refused: call {} cannot be replayed after a crash: its arguments held secrets that were never persisted",
-                call.id
-            )
-        });
-        let refusal = TinyAgentsError::tool_failed(call.name.clone(), text);
-        self.refused_slot(call, &refusal).await
-    }
 }
 
 impl AgentHarness {
@@ -156,7 +77,7 @@ impl AgentHarness {
         // Its own `invoke_agent` span (the checkpoint's properties and depth
         // are not read yet); `tinyagents.run.id` links it to the run's others.
         let span = trace::invoke_agent(self, run_id, &Map::new(), 0, Segment::Recover);
-        super::announce(&events, run_id, self)
+        crate::turns::announce(&events, run_id, self)
             .instrument(span.clone())
             .await;
         // Once the run is open, its failure is reported on its bounded sink.
@@ -164,7 +85,7 @@ impl AgentHarness {
             .recover_run(run_id, options, &mut events)
             .instrument(span.clone())
             .await;
-        let result = super::report_failure(&events, result).await;
+        let result = crate::turns::report_failure(&events, result).await;
         trace::run_ended(&span, &result, self);
         guard.disarm();
         result
@@ -176,7 +97,7 @@ impl AgentHarness {
         options: ResumeOptions,
         events: &mut EventSink,
     ) -> Result<AgentRun, TinyAgentsError> {
-        let Some(ledger) = &self.ledger else {
+        let Some(ledger) = &self.calls.ledger else {
             return Err(TinyAgentsError::Config(
                 "recover needs an effect ledger".to_owned(),
             ));
@@ -300,11 +221,11 @@ impl AgentHarness {
             ctx = ctx.with_cancellation(token);
         }
         ctx.resume_clock(Duration::from_millis(saved.active_ms));
-        ctx.agent_id = self.agent_id.clone();
+        ctx.agent_id = self.calls.agent_id.clone();
         ctx.depth = saved.depth;
         ctx.capture = self.capture;
         ctx.properties = Arc::new(saved.properties);
-        ctx.extensions.insert(Arc::clone(&self.tools));
+        ctx.extensions.insert(Arc::clone(&self.calls.tools));
         (ctx, saved.state)
     }
 }

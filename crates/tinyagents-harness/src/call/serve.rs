@@ -10,18 +10,17 @@ use serde_json::Value;
 use tinyagents_core::{CallId, TinyAgentsError, ToolCall};
 use tinyagents_middleware::Hook;
 
-use super::Run;
+use super::ToolSpan;
 use super::nested::{NestedRequest, NestedRunner, NestedStatus};
-use crate::call::{Admission, Admitted, CallOutcome, CallSite, Scope, SettleScope, Settlement};
-use crate::trace::ToolSpan;
+use super::{Admission, Admitted, CallEnv, CallOutcome, CallSite, Scope, SettleScope, Settlement};
 
-impl Run<'_> {
+impl CallEnv<'_> {
     /// Services one nested request to its end: the reply carries the result
     /// or the refusal; events, summary and budget are settled here. Every
     /// request that reaches the loop gets its `ToolStarted` first and then
     /// exactly one terminal event, whoever ends it (see `NestedRunner`).
     pub(crate) async fn serve_nested(&self, runner: &Arc<NestedRunner>, request: NestedRequest) {
-        let harness = self.harness;
+        let path = self.path;
         // A request whose caller or parent is gone never starts: no events,
         // no row, no slot.
         let Some(request) = runner.drop_orphan(request) else {
@@ -41,15 +40,15 @@ impl Run<'_> {
         let charged = runner.started(&id, &parent, &name, runner.summary_args(&arguments));
         let call = ToolCall::new(id.clone(), name, arguments);
         let scope = Scope::Nested {
-            ctx: &self.ctx,
-            state: &self.state,
+            ctx: self.ctx,
+            state: self.state,
             parent: &parent,
             runner,
             quota_spent: !charged,
         };
         let admission = tokio::select! {
             biased;
-            admitted = harness.admit(scope, &self.events, call) => Some(admitted),
+            admitted = path.admit(scope, self.events, call) => Some(admitted),
             () = reply.closed() => None,
         };
         let admitted = match admission {
@@ -83,6 +82,7 @@ impl Run<'_> {
             hold,
             recorded,
             args_hash,
+            ..
         } = admitted;
         let kind = hold.as_ref().map(|(_, kind)| *kind);
         if let Some(kind) = kind {
@@ -90,7 +90,7 @@ impl Run<'_> {
         }
         // Settlement sees the call after it ran; copy its arguments only
         // when a middleware will look at them.
-        let settled_call = if !harness.middlewares.any(Hook::ObserveNestedResult) {
+        let settled_call = if !path.middlewares.any(Hook::ObserveNestedResult) {
             ToolCall::new(id.clone(), call.name.clone(), Value::Null)
         } else {
             call.clone()
@@ -124,17 +124,16 @@ impl Run<'_> {
             return;
         };
         if !replayed {
-            harness
-                .record(&self.ctx, &self.events, &id, entry.spec(), &outcome)
+            path.record(self.ctx, self.events, &id, entry.spec(), &outcome)
                 .await;
         }
         let scope = SettleScope::Nested {
-            ctx: &self.ctx,
-            state: &self.state,
+            ctx: self.ctx,
+            state: self.state,
             runner,
         };
-        match harness
-            .settle(scope, &self.events, &settled_call, outcome)
+        match path
+            .settle(scope, self.events, &settled_call, outcome)
             .await
         {
             Settlement::Answered { result, error } => {
@@ -166,9 +165,9 @@ impl Run<'_> {
             name: &call.name,
             provider_id: None,
             parent: Some(parent),
-            run: &self.shared,
+            run: self.shared,
         };
         let arguments = || self.events.redaction().arguments(call);
-        span.refused(&self.events, arguments, error_type, text);
+        span.refused(self.events, arguments, error_type, text);
     }
 }

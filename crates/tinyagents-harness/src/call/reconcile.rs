@@ -9,17 +9,15 @@ use std::time::Duration;
 
 use futures_util::FutureExt;
 use tinyagents_core::{
-    AgentEvent, CallId, CancellationToken, IdempotencyKey, RunContext, RunId, TinyAgentsError,
-    ToolCall, ToolReplay,
+    AgentEvent, CallId, CancellationToken, IdempotencyKey, RunContext, RunId, ToolCall, ToolReplay,
 };
 use tinyagents_ledger::{
-    Effect, EffectLedger, Found, LedgerError, LedgerRow, Outcome, Resolve, RunState, StartedRow,
+    Effect, EffectLedger, Found, LedgerError, LedgerRow, Outcome, Resolve, StartedRow,
 };
 use tinytools::{Reconciled, RegisteredTool, ToolRunContext};
 
-use super::ledger::{Start, guarded, state_error};
-use crate::call::{Redaction, ToolEvents, panic_text};
-use crate::harness::AgentHarness;
+use super::ledger::{Start, guarded};
+use super::{CallPath, Redaction, ToolEvents, panic_text};
 
 /// How long a reconciliation may take when neither the tool nor the run
 /// sets a tool timeout.
@@ -113,7 +111,7 @@ pub(crate) fn listing(reconciled: &[Reconciliation]) -> String {
     format!("its nested calls: {}", lines.join("; "))
 }
 
-impl AgentHarness {
+impl CallPath {
     /// A call met again (by a recovery or a resume) whose row is in doubt
     /// and whose tool must not repeat (`refused` is the ledger's refusal to
     /// start it again). Its tool is asked whether the effect happened, and
@@ -253,7 +251,7 @@ impl AgentHarness {
         let timeout = tool
             .spec()
             .timeout
-            .or(self.limits.tool_timeout)
+            .or(self.tool_timeout)
             .unwrap_or(RECONCILE_TIMEOUT);
         let asked = AssertUnwindSafe(tool.tool().reconcile(&context)).catch_unwind();
         let (found, note) = match tokio::time::timeout(timeout, asked).await {
@@ -387,65 +385,6 @@ impl AgentHarness {
             settled.push(reconciliation(finding.found.effect(), finding.note));
         }
         Ok(settled)
-    }
-
-    /// Asks the tools of a finished run's calls whose effect is unknown
-    /// whether it happened, and records what they found on each row (a
-    /// call that never happened stays unrun: the run is over). Use it for
-    /// runs that [`EffectLedger::unfinished_runs`] lists and whose
-    /// [`EffectLedger::run_state`] is finished, for example after a
-    /// reconciliation at recovery could not reach its service. A run that
-    /// is not finished is refused: recover it (recovery reconciles its
-    /// calls). Returns what became of each call asked, in start order.
-    pub async fn reconcile(&self, run_id: &RunId) -> Result<Vec<Reconciliation>, TinyAgentsError> {
-        let Some(ledger) = &self.ledger else {
-            return Err(TinyAgentsError::Config(
-                "reconcile needs an effect ledger".to_owned(),
-            ));
-        };
-        let state = guarded("run_state", ledger.run_state(run_id))
-            .await
-            .map_err(state_error)?;
-        if state != RunState::Finished {
-            return Err(TinyAgentsError::State(format!(
-                "run {run_id} is not finished: recover it instead (recovery asks the tools of its calls in doubt)"
-            )));
-        }
-        let redaction = Redaction::new(self.middlewares.clone());
-        self.settle_orphans(
-            run_id,
-            Sweep::Finished,
-            &redaction,
-            &CancellationToken::new(),
-        )
-        .await
-        .map_err(state_error)
-    }
-}
-
-impl AgentHarness {
-    /// Ends a run that will never be continued, such as a delegated run
-    /// whose caller was interrupted by a crash: marks it finished in the
-    /// ledger (no call of it starts again), then asks its tools about its
-    /// calls in doubt and records what they find, as
-    /// [`reconcile`](Self::reconcile) does. A run the ledger does not know
-    /// is left alone, and so is every run of a harness without a ledger
-    /// (nothing of it was recorded). Call it only when nothing runs it any
-    /// more.
-    pub async fn abandon(&self, run_id: &RunId) -> Result<Vec<Reconciliation>, TinyAgentsError> {
-        let Some(ledger) = &self.ledger else {
-            return Ok(Vec::new());
-        };
-        let state = guarded("run_state", ledger.run_state(run_id))
-            .await
-            .map_err(state_error)?;
-        if state == RunState::Unknown {
-            return Ok(Vec::new());
-        }
-        guarded("mark_run_finished", ledger.mark_run_finished(run_id))
-            .await
-            .map_err(state_error)?;
-        self.reconcile(run_id).await
     }
 }
 

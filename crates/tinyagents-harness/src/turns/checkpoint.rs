@@ -29,7 +29,7 @@ use tinyagents_core::{
 use tinyagents_ledger::{Checkpoint, CheckpointEntry, EffectLedger, LedgerError, LedgerResult};
 
 use super::Run;
-use super::ledger::{guarded, state_error};
+use crate::call::{guarded, state_error};
 use crate::harness::AgentHarness;
 use crate::run::{SUSPENDED_RUN_FORMAT, SuspendedRun};
 
@@ -120,7 +120,7 @@ impl<'h> Run<'h> {
     /// a warning, and the next checkpoint writes a whole base.
     pub(crate) async fn checkpoint(&mut self, replay_blocked: &[CallId]) {
         let harness = self.harness;
-        let Some(ledger) = &harness.ledger else {
+        let Some(ledger) = &harness.calls.ledger else {
             return;
         };
         let version = u64::from(self.state.turn);

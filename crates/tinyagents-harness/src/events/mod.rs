@@ -15,7 +15,14 @@ use tinyagents_core::{AgentEvent, AgentId, CallId, CancellationToken, RunContext
 use tokio::sync::mpsc::{self, error::TrySendError};
 use tokio::time::Instant;
 
-use crate::segment::{Note, OpenCalls};
+pub(crate) mod segment;
+
+/// How many events a [`RunHandle`](crate::RunHandle) buffers unless
+/// [`AgentHarnessBuilder::event_buffer`](crate::AgentHarnessBuilder::event_buffer)
+/// says otherwise.
+pub const DEFAULT_EVENT_BUFFER: usize = 256;
+
+use segment::{Note, OpenCalls};
 
 /// How long, once a run is cancelled or out of wall clock, an event that
 /// finds the buffer full waits for the reader to make room before the
