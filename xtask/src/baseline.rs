@@ -17,36 +17,49 @@
 //!   "rustc": "rustc 1.95.0 (… 2026-…)",
 //!   "runs": 3,
 //!   "workloads": [
-//!     {"name": "seq", "n": 400, "instructions_per_call": 20194.25, "allocations_per_call": 37},
+//!     {"name": "seq", "n": 400, "instructions_per_call": 16132.66, "outside_malloc_per_call": 12727.12, "allocations_per_call": 19},
 //!     {"name": "parked", "n": 1000, "allocations_per_call": 20, "bytes_held_per_call": 6000}
 //!   ]
 //! }
 //! ```
 //!
 //! A workload is its name and its `n` (`seq-ledger` 50 and 1000 are two).
-//! `instructions_per_call` is the median of `runs` callgrind runs; a
-//! memory workload (`parked`) has none, and its "per call" figures are per
-//! parked run, with the bytes it holds. `recorded`, `commit`, `valgrind`
-//! and `rustc` say what the figures were measured with: the check names a
-//! different valgrind or rustc (counts move with either) but does not fail
-//! on it.
+//! `instructions_per_call` is the median of `runs` callgrind runs, kept to
+//! be read beside the bench's table; `outside_malloc_per_call` is the
+//! median of each run's instructions less those spent inside malloc/free
+//! (the inclusive cost of calls into the allocator), and is what the gate
+//! compares, with `allocations_per_call` (memcheck's count). A memory
+//! workload (`parked`) has no instructions; its "per call" figures are per
+//! parked run, with the bytes it holds (`bytes_held_per_call`).
+//! `recorded`, `commit`, `valgrind` and `rustc` say what the figures were
+//! measured with: the check names a different valgrind or rustc (counts
+//! move with either) but does not fail on it.
 //!
-//! The rule, for every figure of every workload measured: it fails above
-//! the baseline + [`LIMIT_PERCENT`] (3 %). The same rule for allocations,
-//! which are medians of exact counts: with a baseline of 10 the limit is
+//! Why outside the allocator: glibc's malloc does not spend the same
+//! instructions on the same calls from one run of the same binary to the
+//! next. In `nested 1000`, five runs spent 14,034 to 14,041 instructions a
+//! call outside it, but 1,474, 1,803 or 2,474 inside it (`_int_malloc`
+//! and `malloc_consolidate`: where freed chunks land), so the total moved
+//! by 6 % and even a median of three moved by 4 %, more than the limit.
+//! What the harness asks of the allocator is its allocation count, which
+//! is exact and gated; what the allocator does with it is glibc's.
+//!
+//! The rule, for every compared figure of every workload measured: it
+//! fails above the baseline + [`LIMIT_PERCENT`] (3 %). The same rule for
+//! allocations, which are exact counts (per call, fractions come from
+//! growth amortised over `n` calls): with a baseline of 10 the limit is
 //! 10.3, so one more allocation a call (11) fails on any baseline under
 //! 34. The 3 % also absorbs what moves between machines: std and memchr
-//! pick their string routines by the CPU features they detect (under
-//! valgrind, the host's, as valgrind reports them), which shifts a call's
-//! instructions by a fraction of a percent; and callgrind's counts of the
-//! allocator move by a few hundred instructions between runs of the same
-//! binary in `nested` (see `DEFAULT_RUNS` in [`crate::instr`]).
+//! pick their string routines (`memcpy`, `memcmp`: AVX2, SSE2, ERMS) by
+//! the CPU features they detect, under valgrind the host's as valgrind
+//! reports them, which shifts a call's instructions by a fraction of a
+//! percent; outside the allocator, repeated runs here agree within 0.3 %.
 //!
 //! A figure more than 3 % *below* its baseline passes, with a note that
 //! the baseline should be lowered (`--write-baseline`) so the gain is
 //! locked in. A measured workload that the baseline lacks fails, naming it
 //! (a new workload enters the gate with a new baseline); a baseline
-//! workload that was not measured is only counted.
+//! workload that was not measured is only listed.
 
 use std::fmt::Write as _;
 
@@ -58,6 +71,9 @@ pub(crate) const BASELINE_FILE: &str = "xtask/instructions-baseline.json";
 /// How far above its baseline a figure may go, in percent.
 pub(crate) const LIMIT_PERCENT: f64 = 3.0;
 
+/// The gate's instruction figure, as the table names it.
+pub(crate) const OUTSIDE_ALLOCATOR: &str = "instructions/call outside malloc/free";
+
 /// The version of the file's layout, written as `"format"`.
 const FORMAT: u64 = 1;
 
@@ -68,9 +84,12 @@ pub(crate) struct Figures {
     pub(crate) name: String,
     /// Its base size: it runs at `n` and `2n`.
     pub(crate) n: u64,
-    /// Instructions per call (median of the runs); none for a memory
-    /// workload.
+    /// Instructions per call (median of the runs), recorded to be read,
+    /// not compared; none for a memory workload.
     pub(crate) instructions: Option<f64>,
+    /// Of those, the ones outside malloc/free (median over the runs of
+    /// each run's difference): the figure the gate compares.
+    pub(crate) outside_allocator: Option<f64>,
     /// Heap blocks allocated per call (per parked run for `parked`).
     pub(crate) allocations: f64,
     /// Bytes held per parked run (memory workloads only).
@@ -86,8 +105,8 @@ impl Figures {
     /// The figures the gate compares: (what, value).
     fn compared(&self) -> Vec<(&'static str, f64)> {
         let mut out = Vec::new();
-        if let Some(instructions) = self.instructions {
-            out.push(("instructions/call", instructions));
+        if let Some(instructions) = self.outside_allocator {
+            out.push((OUTSIDE_ALLOCATOR, instructions));
         }
         out.push(("allocations/call", self.allocations));
         if let Some(bytes) = self.bytes_held {
@@ -156,6 +175,9 @@ impl Baseline {
                     number(instructions)
                 );
             }
+            if let Some(outside) = w.outside_allocator {
+                let _ = write!(line, ", \"outside_malloc_per_call\": {}", number(outside));
+            }
             let _ = write!(
                 line,
                 ", \"allocations_per_call\": {}",
@@ -221,6 +243,7 @@ impl Baseline {
                 name: name.to_owned(),
                 n,
                 instructions: figure("instructions_per_call"),
+                outside_allocator: figure("outside_malloc_per_call"),
                 allocations,
                 bytes_held: figure("bytes_held_per_call"),
             });
@@ -502,11 +525,14 @@ pub(crate) fn civil_date(days: i64) -> String {
 mod tests {
     use super::*;
 
-    fn figures(name: &str, n: u64, instructions: f64, allocations: f64) -> Figures {
+    /// A workload whose instructions outside the allocator are `outside`
+    /// (and a total a third more, which the gate does not compare).
+    fn figures(name: &str, n: u64, outside: f64, allocations: f64) -> Figures {
         Figures {
             name: name.to_owned(),
             n,
-            instructions: Some(instructions),
+            instructions: Some(round2(outside * 4.0 / 3.0)),
+            outside_allocator: Some(outside),
             allocations,
             bytes_held: None,
         }
@@ -544,12 +570,12 @@ mod tests {
         let table = report.render();
         assert!(
             table.contains(
-                "| seq 400 | instructions/call | 20,000 | 20,620 | +3.10 % | 20,600 | FAIL |"
+                "| seq 400 | instructions/call outside malloc/free | 20,000 | 20,620 | +3.10 % | 20,600 | FAIL |"
             ),
             "{table}"
         );
         assert!(
-            table.contains("above the limit (baseline + 3 %): seq 400 instructions/call +3.10 %"),
+            table.contains("above the limit (baseline + 3 %): seq 400 instructions/call outside malloc/free +3.10 %"),
             "{table}"
         );
     }
@@ -624,7 +650,7 @@ mod tests {
         assert!(table.contains("| -25.00 % |"), "{table}");
         assert!(
             table.contains(
-                "note: more than 3 % better than the baseline: seq 400 instructions/call -25.00 %"
+                "note: more than 3 % better than the baseline: seq 400 instructions/call outside malloc/free -25.00 %"
             ),
             "{table}"
         );
@@ -659,6 +685,7 @@ mod tests {
             name: "parked".to_owned(),
             n: 1000,
             instructions: None,
+            outside_allocator: None,
             allocations: 20.0,
             bytes_held: Some(bytes),
         };
@@ -685,13 +712,14 @@ mod tests {
     fn the_baseline_file_round_trips() {
         let recorded = Baseline {
             workloads: vec![
-                figures("floor", 1000, 2067.0, 4.0),
-                figures("seq", 400, 20194.25, 37.0),
-                figures("seq-ledger", 50, 24_318.14, 40.02),
+                figures("floor", 1000, 1435.0, 4.0),
+                figures("seq", 400, 12_727.5, 19.0),
+                figures("seq-ledger", 50, 40_863.14, 48.28),
                 Figures {
                     name: "parked".to_owned(),
                     n: 1000,
                     instructions: None,
+                    outside_allocator: None,
                     allocations: 20.0,
                     bytes_held: Some(6_473.22),
                 },
@@ -699,9 +727,13 @@ mod tests {
             ..baseline(Vec::new())
         };
         let text = recorded.to_json();
-        assert!(text.contains(
-            "    {\"name\": \"seq\", \"n\": 400, \"instructions_per_call\": 20194.25, \"allocations_per_call\": 37},\n"
-        ), "{text}");
+        assert!(
+            text.contains(
+                "    {\"name\": \"seq\", \"n\": 400, \"instructions_per_call\": 16970, \
+             \"outside_malloc_per_call\": 12727.5, \"allocations_per_call\": 19},\n"
+            ),
+            "{text}"
+        );
         assert!(text.contains(
             "    {\"name\": \"parked\", \"n\": 1000, \"allocations_per_call\": 20, \"bytes_held_per_call\": 6473.22}\n"
         ), "{text}");
@@ -723,7 +755,7 @@ mod tests {
                 .err()
                 .is_some_and(|e| e.contains("format"))
         );
-        let broken = text.replace("\"allocations_per_call\": 37", "\"allocs\": 37");
+        let broken = text.replace("\"allocations_per_call\": 19", "\"allocs\": 19");
         assert!(
             Baseline::from_json(&broken)
                 .err()

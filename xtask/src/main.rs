@@ -62,17 +62,19 @@ commands:
                  (target <= 1.3). Needs valgrind (or VALGRIND=/path/to/it)
   bench --instructions --check [--runs K] [WORKLOAD[=N]...]
                  the same, then each workload's instructions and allocations
-                 per call against xtask/instructions-baseline.json: fails
-                 (with a table: baseline, measured, change, limit) on a
-                 figure above the baseline + 3 % or a workload the baseline
-                 lacks; a figure 3 % better passes with a note to lower the
+                 per call against xtask/instructions-baseline.json
+                 (instructions outside malloc/free, whose share moves
+                 between runs): fails (with a table: baseline, measured,
+                 change, limit) on a figure above the baseline + 3 % or a
+                 workload the baseline lacks; a figure 3 % better passes with a note to lower the
                  baseline. Without WORKLOAD: the baseline's workloads. Never
                  writes the file
   bench --instructions --write-baseline [--runs K] [WORKLOAD[=N]...]
                  measures and rewrites xtask/instructions-baseline.json (the
                  figures, valgrind's and rustc's versions, the commit, the
-                 date); without WORKLOAD, the workloads it lists already (all
-                 of them when there is none). Commit it on its own
+                 date); without WORKLOAD, the workloads it lists already (when
+                 there is none: all but seq-sqlite and session-sqlite,
+                 whose counts are not steady). Commit it on its own
   crash [--trials N] [--seed S]
                  the randomized crash campaign (tests/crash_campaign): N
                  trials (default 200) of a real agent process killed with
