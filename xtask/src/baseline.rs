@@ -509,21 +509,6 @@ pub(crate) fn compare(
     report
 }
 
-/// Days since 1970-01-01 as a civil date `YYYY-MM-DD` (Howard Hinnant's
-/// `civil_from_days`).
-pub(crate) fn civil_date(days: i64) -> String {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!("{year:04}-{month:02}-{day:02}")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -764,12 +749,5 @@ mod tests {
                 .err()
                 .is_some_and(|e| e.contains("seq 400"))
         );
-    }
-
-    #[test]
-    fn civil_dates() {
-        assert_eq!(civil_date(0), "1970-01-01");
-        assert_eq!(civil_date(11_016), "2000-02-29");
-        assert_eq!(civil_date(20_792), "2026-12-05");
     }
 }

@@ -45,11 +45,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::Instant;
 
-use crate::baseline::{
-    BASELINE_FILE, Baseline, Figures, LIMIT_PERCENT, Verdict, civil_date, compare, round2,
-};
+use crate::baseline::{BASELINE_FILE, Baseline, Figures, LIMIT_PERCENT, Verdict, compare, round2};
 use crate::{cargo_command, root, secs};
 
 /// One row of the table: a workload of the bench and its base size.
@@ -303,8 +301,8 @@ fn valgrind_version() -> Result<String, String> {
             "valgrind is not installed: `{shown}` was not found{}. \
              `bench --instructions` counts instructions with callgrind and \
              allocations with memcheck, both part of valgrind: install it \
-             (Debian/Ubuntu: `apt-get install valgrind`) or point VALGRIND at \
-             the binary",
+             (Debian/Ubuntu: `apt-get install valgrind`, which `cargo xtask \
+             peers` and `.ci/run` do) or point VALGRIND at the binary",
             if env::var_os("VALGRIND").is_some() {
                 " (set by VALGRIND)"
             } else {
@@ -790,12 +788,16 @@ fn commit() -> String {
     }
 }
 
-/// Today (UTC) as `YYYY-MM-DD`.
+/// Today (UTC) as `YYYY-MM-DD`, as `date -u +%F` prints it; `unknown`
+/// without `date`.
 fn today() -> String {
-    let secs = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    civil_date(i64::try_from(secs / 86_400).unwrap_or(0))
+    Command::new("date")
+        .args(["-u", "+%F"])
+        .output()
+        .ok()
+        .filter(|out| out.status.success())
+        .map(|out| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+        .unwrap_or_else(|| "unknown".to_owned())
 }
 
 /// The figures the baseline records, from the measured rows.
