@@ -844,11 +844,12 @@ fn run(options: Options) -> Result<(), String> {
         }
     }
     if mode != Mode::Report {
-        let unsteady: Vec<&str> = workloads
+        let mut unsteady: Vec<&str> = workloads
             .iter()
             .map(|w| w.name.as_str())
             .filter(|name| UNSTEADY.contains(name))
             .collect();
+        unsteady.dedup();
         if !unsteady.is_empty() {
             println!(
                 "note: {} move{} by more than {LIMIT_PERCENT:.0} % between runs (SQLite): a check \
