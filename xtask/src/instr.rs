@@ -27,6 +27,14 @@
 //! one session whose child conversation grows by two messages a call. The
 //! session workloads run at 50 and 400 calls, and the ratio of the two is
 //! the check that a call's cost does not grow with the conversation.
+//!
+//! `--check` turns the figures into a gate: each workload's instructions
+//! and allocations per call (bytes held per run for `parked`) against the
+//! baseline file `xtask/instructions-baseline.json`, failing above +3 %;
+//! `--write-baseline` rewrites that file, which the check never does. The
+//! file's format and the rules are in [`crate::baseline`]. The CI gate's
+//! step (`cargo xtask ci instructions`, [`ci_check`]) checks
+//! [`CI_WORKLOADS`] with [`CI_RUNS`] callgrind runs each.
 
 use std::env;
 use std::ffi::OsString;
@@ -39,10 +47,11 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
+use crate::baseline::{BASELINE_FILE, Baseline, Figures, LIMIT_PERCENT, Verdict, compare, round2};
 use crate::{cargo_command, root, secs};
 
 /// One row of the table: a workload of the bench and its base size.
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 struct Workload {
     /// The bench's name for it (`agent_loop --instr <name> <n>`).
     name: String,
@@ -134,6 +143,21 @@ const KNOWN: [&str; 12] = [
     "session-sqlite",
 ];
 
+/// Workloads left out of the baseline unless named: their counts move
+/// between runs of the same binary by more than the gate's 3 %, inside
+/// SQLite as much as outside (`seq-sqlite 50`: 170,000 to 185,000
+/// instructions a call outside the allocator in five runs; run one at a
+/// time, 1.8 %), so a check of them would fail at random.
+const UNSTEADY: [&str; 2] = ["seq-sqlite", "session-sqlite"];
+
+/// The workloads a first baseline records: the defaults less [`UNSTEADY`].
+fn baseline_defaults() -> Vec<Workload> {
+    default_workloads()
+        .into_iter()
+        .filter(|w| !UNSTEADY.contains(&w.name.as_str()))
+        .collect()
+}
+
 /// The workloads measured for the memory they hold, under memcheck only.
 const MEMORY: [&str; 1] = ["parked"];
 
@@ -147,24 +171,69 @@ const PARKED_TARGET_BYTES: f64 = 8.0 * 1024.0;
 /// is steady. Allocation counts do not vary; memcheck runs once.
 const DEFAULT_RUNS: u32 = 3;
 
-/// Parses `[--runs K] WORKLOAD[=N]...`; the floor is measured whenever an
-/// instruction workload is.
-fn parse_args(args: &[String]) -> Result<(Vec<Workload>, u32), String> {
+/// What `bench --instructions` does with the figures it measured.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    /// Prints the tables and the targets.
+    Report,
+    /// `--check`: also compares them with the baseline file, and fails
+    /// above it (see [`crate::baseline`]); never writes the file.
+    Check,
+    /// `--write-baseline`: also rewrites the baseline file with them.
+    WriteBaseline,
+}
+
+/// The command line of `bench --instructions`.
+#[derive(Debug)]
+struct Options {
+    workloads: Vec<Workload>,
+    /// Whether workloads were named (else: the defaults, or the baseline's
+    /// with `--check` and `--write-baseline`).
+    named: bool,
+    runs: u32,
+    mode: Mode,
+}
+
+/// Parses `[--runs K] [--check | --write-baseline] WORKLOAD[=N]...`; the
+/// floor is measured whenever an instruction workload is.
+fn parse_args(args: &[String]) -> Result<Options, String> {
     let mut runs = DEFAULT_RUNS;
+    let mut mode = Mode::Report;
     let mut rest = Vec::new();
     let mut args = args.iter();
     while let Some(arg) = args.next() {
-        if arg == "--runs" {
-            runs = args
-                .next()
-                .and_then(|k| k.parse().ok())
-                .filter(|k| *k > 0)
-                .ok_or("--runs takes a positive number")?;
-        } else {
-            rest.push(arg.clone());
+        match arg.as_str() {
+            "--runs" => {
+                runs = args
+                    .next()
+                    .and_then(|k| k.parse().ok())
+                    .filter(|k| *k > 0)
+                    .ok_or("--runs takes a positive number")?;
+            }
+            "--check" | "--write-baseline" => {
+                let wanted = if arg == "--check" {
+                    Mode::Check
+                } else {
+                    Mode::WriteBaseline
+                };
+                if mode != Mode::Report && mode != wanted {
+                    return Err(
+                        "--check and --write-baseline exclude each other: the check never \
+                         writes the baseline"
+                            .to_owned(),
+                    );
+                }
+                mode = wanted;
+            }
+            _ => rest.push(arg.clone()),
         }
     }
-    Ok((parse_workloads(&rest)?, runs))
+    Ok(Options {
+        workloads: parse_workloads(&rest)?,
+        named: !rest.is_empty(),
+        runs,
+        mode,
+    })
 }
 
 /// Parses `WORKLOAD[=N]...`; the floor is measured whenever an instruction
@@ -232,8 +301,8 @@ fn valgrind_version() -> Result<String, String> {
             "valgrind is not installed: `{shown}` was not found{}. \
              `bench --instructions` counts instructions with callgrind and \
              allocations with memcheck, both part of valgrind: install it \
-             (Debian/Ubuntu: `apt-get install valgrind`) or point VALGRIND at \
-             the binary",
+             (Debian/Ubuntu: `apt-get install valgrind`, which `cargo xtask \
+             peers` and `.ci/run` do) or point VALGRIND at the binary",
             if env::var_os("VALGRIND").is_some() {
                 " (set by VALGRIND)"
             } else {
@@ -541,6 +610,9 @@ struct Row {
     spread: f64,
     /// Of `instructions`, those inside malloc, free and realloc (median).
     in_allocator: f64,
+    /// The others: instructions less those inside the allocator, median
+    /// over the runs (the steady part, which the gate compares).
+    outside_allocator: f64,
     allocations: f64,
 }
 
@@ -573,35 +645,324 @@ fn run_jobs(jobs: &[Job], dir: &Path, workers: usize) -> Vec<JobResult> {
         .collect()
 }
 
-/// `cargo xtask bench --instructions [WORKLOAD[=N]...]`.
+/// The workloads the CI gate checks against the baseline (the floor is
+/// added, as always): the loop's model-issued calls one at a time and in
+/// parallel, a nested call, the middleware stack and a call with the
+/// memory ledger: all in the agent-loop bench, so one release build (see
+/// docs/benchmarks.md, "The gate", for its time).
+pub(crate) const CI_WORKLOADS: [&str; 5] = ["seq", "par", "nested", "stack", "seq-ledger=50"];
+
+/// Callgrind runs per sample in the CI gate: the median of three, like
+/// the baseline's. Single runs of `nested` spread over 4 % (15,842 to
+/// 16,519 instructions a call in five runs), more than the limit; medians
+/// of three agree within 0.1 %, and the runs cost seconds beside the
+/// bench's build (see docs/benchmarks.md, "The gate").
+pub(crate) const CI_RUNS: u32 = DEFAULT_RUNS;
+
+/// `cargo xtask bench --instructions [--runs K] [--check |
+/// --write-baseline] [WORKLOAD[=N]...]`.
 pub(crate) fn instructions(args: &[String]) -> ExitCode {
-    let (workloads, runs) = match parse_args(args) {
+    let options = match parse_args(args) {
         Ok(parsed) => parsed,
         Err(why) => {
             eprintln!("xtask bench --instructions: {why}");
             return ExitCode::from(2);
         }
     };
-    let version = match valgrind_version() {
-        Ok(v) => v,
+    match run(options) {
+        Ok(()) => ExitCode::SUCCESS,
         Err(why) => {
             eprintln!("xtask bench --instructions: {why}");
-            return ExitCode::FAILURE;
+            ExitCode::FAILURE
         }
+    }
+}
+
+/// The CI gate's step: `bench --instructions --check --runs 3` over
+/// [`CI_WORKLOADS`].
+pub(crate) fn ci_check() -> Result<(), String> {
+    let named: Vec<String> = CI_WORKLOADS.iter().map(|w| (*w).to_owned()).collect();
+    let options = Options {
+        workloads: parse_workloads(&named)?,
+        named: true,
+        runs: CI_RUNS,
+        mode: Mode::Check,
     };
+    println!(
+        "$ cargo xtask bench --instructions --check --runs {CI_RUNS} {}",
+        named.join(" ")
+    );
+    run(options)
+}
+
+/// The baseline file's path.
+fn baseline_path() -> PathBuf {
+    root().join(BASELINE_FILE)
+}
+
+/// Reads the baseline file; `Err` says how to make one when there is none.
+fn read_baseline() -> Result<Baseline, String> {
+    let path = baseline_path();
+    let text = match fs::read_to_string(&path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == ErrorKind::NotFound => {
+            return Err(format!(
+                "no baseline at {}: record one with `cargo xtask bench --instructions \
+                 --write-baseline [WORKLOAD...]` and commit it",
+                path.display()
+            ));
+        }
+        Err(e) => return Err(format!("cannot read {}: {e}", path.display())),
+    };
+    Baseline::from_json(&text).map_err(|why| format!("{}: {why}", path.display()))
+}
+
+/// The baseline's workloads, as if named on the command line (the floor
+/// added when an agent-loop workload needs it).
+fn baseline_workloads(baseline: &Baseline) -> Result<Vec<Workload>, String> {
+    let named: Vec<String> = baseline
+        .workloads
+        .iter()
+        .map(|w| format!("{}={}", w.name, w.n))
+        .collect();
+    if named.is_empty() {
+        return Err(format!("{BASELINE_FILE} lists no workload"));
+    }
+    parse_workloads(&named).map_err(|why| format!("{BASELINE_FILE}: {why}"))
+}
+
+/// What a command prints as its version, or `unknown` (`program` does not
+/// run); the first line only.
+fn version_of(program: OsString, arg: &str) -> String {
+    Command::new(program)
+        .arg(arg)
+        .current_dir(root())
+        .output()
+        .ok()
+        .filter(|out| out.status.success())
+        .and_then(|out| {
+            String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .next()
+                .map(|l| l.trim().to_owned())
+        })
+        .unwrap_or_else(|| "unknown".to_owned())
+}
+
+/// The rustc the benches are built with (run from the workspace root, so
+/// the toolchain of rust-toolchain.toml).
+fn rustc_version() -> String {
+    version_of(
+        env::var_os("RUSTC").unwrap_or_else(|| "rustc".into()),
+        "--version",
+    )
+}
+
+/// The commit checked out, `+dirty` when the work tree has changes other
+/// than the baseline file; `unknown` without git.
+fn commit() -> String {
+    let git = |args: &[&str]| {
+        Command::new("git")
+            .args(args)
+            .current_dir(root())
+            .output()
+            .ok()
+            .filter(|out| out.status.success())
+            .map(|out| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+    };
+    let Some(head) = git(&["rev-parse", "--short=7", "HEAD"]) else {
+        return "unknown".to_owned();
+    };
+    let exclude = format!(":(exclude){BASELINE_FILE}");
+    let changes = git(&[
+        "status",
+        "--porcelain",
+        "--untracked-files=no",
+        "--",
+        ".",
+        &exclude,
+    ]);
+    match changes {
+        Some(changes) if changes.is_empty() => head,
+        _ => format!("{head}+dirty"),
+    }
+}
+
+/// Today (UTC) as `YYYY-MM-DD`, as `date -u +%F` prints it; `unknown`
+/// without `date`.
+fn today() -> String {
+    Command::new("date")
+        .args(["-u", "+%F"])
+        .output()
+        .ok()
+        .filter(|out| out.status.success())
+        .map(|out| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+        .unwrap_or_else(|| "unknown".to_owned())
+}
+
+/// The figures the baseline records, from the measured rows.
+fn figures(rows: &[Row], memory: &[MemoryRow]) -> Vec<Figures> {
+    let per_call = rows.iter().map(|r| Figures {
+        name: r.name.clone(),
+        n: r.n,
+        instructions: Some(round2(r.instructions)),
+        outside_allocator: Some(round2(r.outside_allocator)),
+        allocations: round2(r.allocations),
+        bytes_held: None,
+    });
+    let per_run = memory.iter().map(|m| Figures {
+        name: m.name.clone(),
+        n: m.n,
+        instructions: None,
+        outside_allocator: None,
+        allocations: round2(m.allocations),
+        bytes_held: Some(round2(m.bytes_held)),
+    });
+    per_call.chain(per_run).collect()
+}
+
+/// Measures, prints, then checks against the baseline or rewrites it.
+fn run(options: Options) -> Result<(), String> {
+    let Options {
+        mut workloads,
+        named,
+        runs,
+        mode,
+    } = options;
+    let valgrind = valgrind_version()?;
+    // Read before measuring: a missing or broken baseline fails at once.
+    let baseline = match mode {
+        Mode::Check => Some(read_baseline()?),
+        Mode::WriteBaseline => read_baseline().ok(),
+        Mode::Report => None,
+    };
+    if !named {
+        match &baseline {
+            Some(baseline) => workloads = baseline_workloads(baseline)?,
+            None if mode == Mode::WriteBaseline => workloads = baseline_defaults(),
+            None => {}
+        }
+    }
+    if mode != Mode::Report {
+        let mut unsteady: Vec<&str> = workloads
+            .iter()
+            .map(|w| w.name.as_str())
+            .filter(|name| UNSTEADY.contains(name))
+            .collect();
+        unsteady.dedup();
+        if !unsteady.is_empty() {
+            println!(
+                "note: {} move{} by more than {LIMIT_PERCENT:.0} % between runs (SQLite): a check \
+                 of {} can fail at random",
+                unsteady.join(", "),
+                if unsteady.len() == 1 { "s" } else { "" },
+                if unsteady.len() == 1 { "it" } else { "them" }
+            );
+        }
+    }
+    let (rows, memory) = measure(&workloads, runs, &valgrind)?;
+    let measured = figures(&rows, &memory);
+    let rustc = rustc_version();
+    match (mode, baseline) {
+        (Mode::Check, Some(baseline)) => {
+            println!(
+                "\ncheck against {BASELINE_FILE} (recorded {} at {}, {}, {}, median of {} \
+                 callgrind run{}; this run: median of {runs}):",
+                baseline.recorded,
+                baseline.commit,
+                baseline.valgrind,
+                baseline.rustc,
+                baseline.runs,
+                if baseline.runs == 1 { "" } else { "s" }
+            );
+            let report = compare(&baseline, &measured, &valgrind, &rustc);
+            print!("{}", report.render());
+            if report.passed() {
+                println!(
+                    "\ninstruction gate: pass ({} figures of {} workloads within +{LIMIT_PERCENT:.0} % \
+                     of the baseline)",
+                    report.lines.len(),
+                    measured.len()
+                );
+                Ok(())
+            } else {
+                Err(format!(
+                    "instruction gate: FAILED ({} of {} figures above the baseline + \
+                     {LIMIT_PERCENT:.0} %, {} workload{} not in the baseline). If the cost is \
+                     meant, rewrite the baseline in its own commit: `cargo xtask bench \
+                     --instructions --write-baseline`",
+                    report
+                        .lines
+                        .iter()
+                        .filter(|l| l.verdict == Verdict::Fail)
+                        .count(),
+                    report.lines.len(),
+                    report.missing.len() + report.unmatched.len(),
+                    if report.missing.len() + report.unmatched.len() == 1 {
+                        ""
+                    } else {
+                        "s"
+                    }
+                ))
+            }
+        }
+        (Mode::WriteBaseline, old) => {
+            let written = Baseline {
+                recorded: today(),
+                commit: commit(),
+                valgrind,
+                rustc,
+                runs,
+                workloads: measured,
+            };
+            let path = baseline_path();
+            fs::write(&path, written.to_json())
+                .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+            println!(
+                "\nwrote {} ({} workloads, median of {runs} callgrind runs, {}, {}, at {}): \
+                 commit it",
+                path.display(),
+                written.workloads.len(),
+                written.valgrind,
+                written.rustc,
+                written.commit
+            );
+            if let Some(old) = old {
+                let dropped: Vec<String> = old
+                    .workloads
+                    .iter()
+                    .filter(|o| {
+                        !written
+                            .workloads
+                            .iter()
+                            .any(|w| w.name == o.name && w.n == o.n)
+                    })
+                    .map(|o| format!("{} {}", o.name, o.n))
+                    .collect();
+                if !dropped.is_empty() {
+                    println!("dropped from the baseline: {}", dropped.join(", "));
+                }
+            }
+            Ok(())
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Builds the benches, runs the workloads under valgrind (`version`),
+/// prints the tables and returns their rows.
+fn measure(
+    workloads: &[Workload],
+    runs: u32,
+    version: &str,
+) -> Result<(Vec<Row>, Vec<MemoryRow>), String> {
     let mut benches: Vec<(BenchTarget, PathBuf)> = Vec::new();
-    for w in &workloads {
+    for w in workloads {
         let target = w.bench();
         if benches.iter().any(|(t, _)| *t == target) {
             continue;
         }
-        match build_bench(target) {
-            Ok(path) => benches.push((target, path)),
-            Err(why) => {
-                eprintln!("xtask bench --instructions: {why}");
-                return ExitCode::FAILURE;
-            }
-        }
+        benches.push((target, build_bench(target)?));
     }
     let bench_of = |w: &Workload| {
         benches
@@ -611,15 +972,9 @@ pub(crate) fn instructions(args: &[String]) -> ExitCode {
             .unwrap_or_default()
     };
     let dir = out_dir();
-    if let Err(e) = fs::create_dir_all(&dir) {
-        eprintln!(
-            "xtask bench --instructions: cannot create {}: {e}",
-            dir.display()
-        );
-        return ExitCode::FAILURE;
-    }
+    fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     let mut jobs = Vec::new();
-    for w in &workloads {
+    for w in workloads {
         let counters: &[(Counter, u32)] = if w.is_memory() {
             &[(Counter::Allocations, 1)]
         } else {
@@ -652,13 +1007,10 @@ pub(crate) fn instructions(args: &[String]) -> ExitCode {
     );
     let started = Instant::now();
     let counts = run_jobs(&jobs, &dir, workers);
-    let mut failed = false;
-    for why in counts.iter().filter_map(|c| c.as_ref().err()) {
-        eprintln!("xtask bench --instructions: {why}");
-        failed = true;
-    }
-    if failed {
-        return ExitCode::FAILURE;
+    let failures: Vec<&String> = counts.iter().filter_map(|c| c.as_ref().err()).collect();
+    if !failures.is_empty() {
+        let failures: Vec<&str> = failures.into_iter().map(String::as_str).collect();
+        return Err(failures.join("\n"));
     }
     let count = |name: &str, n: u64, counter: Counter, run: u32| -> Counts {
         jobs.iter()
@@ -710,6 +1062,14 @@ pub(crate) fn instructions(args: &[String]) -> ExitCode {
                     .map(|r| per_call(w, Counter::Instructions, r)[1])
                     .collect(),
             ),
+            outside_allocator: median(
+                (0..runs)
+                    .map(|r| {
+                        let [all, in_allocator] = per_call(w, Counter::Instructions, r);
+                        all - in_allocator
+                    })
+                    .collect(),
+            ),
             allocations: per_call(w, Counter::Allocations, 0)[0],
         })
         .collect();
@@ -750,7 +1110,7 @@ pub(crate) fn instructions(args: &[String]) -> ExitCode {
         jobs.len(),
         secs(started.elapsed())
     );
-    ExitCode::SUCCESS
+    Ok((rows, memory))
 }
 
 /// The tables (per call, then memory held), then the targets.
@@ -892,7 +1252,7 @@ fn render(rows: &[Row], memory: &[MemoryRow]) -> String {
 }
 
 /// `12345.6` as `12,346`.
-fn thousands(value: f64) -> String {
+pub(crate) fn thousands(value: f64) -> String {
     let rounded = value.round();
     let digits = format!("{:.0}", rounded.abs());
     let mut out = String::new();
@@ -1005,10 +1365,13 @@ mod tests {
         let names: Vec<_> = picked.iter().map(|w| (w.name.as_str(), w.n)).collect();
         assert_eq!(names, [("floor", 1000), ("seq", 50), ("par", 1000)]);
         assert!(parse_workloads(&["warp".to_owned()]).is_err());
-        let (picked, runs) =
-            parse_args(&["--runs".to_owned(), "5".to_owned(), "nested".to_owned()])
-                .unwrap_or_default();
-        assert_eq!((picked.len(), runs), (2, 5));
+        let options = parse_args(&["--runs".to_owned(), "5".to_owned(), "nested".to_owned()]);
+        assert!(
+            options.as_ref().is_ok_and(
+                |o| (o.workloads.len(), o.runs, o.named, o.mode) == (2, 5, true, Mode::Report)
+            ),
+            "{options:?}"
+        );
         assert!(parse_args(&["--runs".to_owned(), "0".to_owned()]).is_err());
         assert!(parse_workloads(&["seq=0".to_owned()]).is_err());
         // A memory workload alone has no per-call table: no floor.
@@ -1023,6 +1386,85 @@ mod tests {
             default_workloads().last().map(|w| w.name.as_str()),
             Some("parked")
         );
+    }
+
+    #[test]
+    fn check_and_write_baseline_parse_and_exclude_each_other() {
+        let args = |list: &[&str]| list.iter().map(|a| (*a).to_owned()).collect::<Vec<_>>();
+        let options = parse_args(&args(&["--check"]));
+        assert!(
+            options
+                .as_ref()
+                .is_ok_and(|o| (o.named, o.runs, o.mode) == (false, DEFAULT_RUNS, Mode::Check)),
+            "{options:?}"
+        );
+        let options = parse_args(&args(&["--write-baseline", "--runs", "1", "seq"]));
+        assert!(
+            options
+                .as_ref()
+                .is_ok_and(|o| (o.named, o.runs, o.mode) == (true, 1, Mode::WriteBaseline)),
+            "{options:?}"
+        );
+        assert!(
+            parse_args(&args(&["--check", "--write-baseline"]))
+                .err()
+                .is_some_and(|e| e.contains("never writes"))
+        );
+        // A first baseline leaves the SQLite workloads out.
+        let first: Vec<String> = baseline_defaults().into_iter().map(|w| w.name).collect();
+        assert!(
+            first.iter().all(|name| !name.contains("sqlite")),
+            "{first:?}"
+        );
+        assert!(first.iter().any(|name| name == "parked"));
+        // The CI gate's workloads parse, with the floor.
+        let ci = parse_workloads(&args(&CI_WORKLOADS)).unwrap_or_default();
+        assert_eq!(ci.len(), CI_WORKLOADS.len() + 1);
+        assert_eq!(ci[0].name, "floor");
+    }
+
+    #[test]
+    fn the_baseline_names_the_workloads_to_measure() {
+        let recorded = |name: &str, n| Figures {
+            name: name.to_owned(),
+            n,
+            instructions: Some(1.0),
+            outside_allocator: Some(1.0),
+            allocations: 1.0,
+            bytes_held: None,
+        };
+        let baseline = Baseline {
+            recorded: "2026-12-05".to_owned(),
+            commit: "d0692dc".to_owned(),
+            valgrind: "valgrind-3.19.0".to_owned(),
+            rustc: "rustc 1.95.0".to_owned(),
+            runs: 3,
+            workloads: vec![
+                recorded("floor", 1000),
+                recorded("seq-ledger", 50),
+                recorded("seq-ledger", 1000),
+            ],
+        };
+        let picked = baseline_workloads(&baseline).unwrap_or_default();
+        let names: Vec<_> = picked.iter().map(|w| (w.name.as_str(), w.n)).collect();
+        assert_eq!(
+            names,
+            [("floor", 1000), ("seq-ledger", 50), ("seq-ledger", 1000)]
+        );
+        let unknown = Baseline {
+            workloads: vec![recorded("warp", 1)],
+            ..baseline.clone()
+        };
+        assert!(
+            baseline_workloads(&unknown)
+                .err()
+                .is_some_and(|e| e.contains("unknown workload `warp`"))
+        );
+        let empty = Baseline {
+            workloads: Vec::new(),
+            ..baseline
+        };
+        assert!(baseline_workloads(&empty).is_err());
     }
 
     #[test]
@@ -1048,6 +1490,7 @@ mod tests {
             instructions,
             spread: 0.0,
             in_allocator: 0.0,
+            outside_allocator: 0.0,
             allocations: 0.0,
         };
         let table = render(&[row(50, 40_000.0), row(400, 50_000.0)], &[]);
@@ -1075,6 +1518,7 @@ mod tests {
             instructions,
             spread: 0.0,
             in_allocator: 0.0,
+            outside_allocator: 0.0,
             allocations: 0.0,
         };
         let rows = [

@@ -9,6 +9,7 @@
 // A command-line tool: printing to stdout is its job.
 #![allow(clippy::print_stdout)]
 
+mod baseline;
 mod features;
 mod instr;
 mod interop;
@@ -34,7 +35,9 @@ commands:
                  @modelcontextprotocol/server-everything, server-filesystem
                  and sdk into .tools/mcp), doc, examples (every example of
                  the facade, offline), interop (`interop phoenix`), sim,
-                 loom, deny;
+                 loom, instructions (`bench --instructions --check seq par
+                 nested stack seq-ledger=50`; installs Debian's valgrind
+                 when missing), deny;
                  naming steps runs only those (`cargo xtask ci clippy tests`)
   bench [ARGS]   cargo bench --workspace over the bench targets; ARGS are
                  passed to cargo bench (after `--`: to the bench binaries)
@@ -57,6 +60,21 @@ commands:
                  memory), session-sqlite (50 and 400: in SQLite); the
                  ratio of a session workload's two sizes is checked
                  (target <= 1.3). Needs valgrind (or VALGRIND=/path/to/it)
+  bench --instructions --check [--runs K] [WORKLOAD[=N]...]
+                 the same, then each workload's instructions and allocations
+                 per call against xtask/instructions-baseline.json
+                 (instructions outside malloc/free, whose share moves
+                 between runs): fails (with a table: baseline, measured,
+                 change, limit) on a figure above the baseline + 3 % or a
+                 workload the baseline lacks; a figure 3 % better passes with a note to lower the
+                 baseline. Without WORKLOAD: the baseline's workloads. Never
+                 writes the file
+  bench --instructions --write-baseline [--runs K] [WORKLOAD[=N]...]
+                 measures and rewrites xtask/instructions-baseline.json (the
+                 figures, valgrind's and rustc's versions, the commit, the
+                 date); without WORKLOAD, the workloads it lists already (when
+                 there is none: all but seq-sqlite and session-sqlite,
+                 whose counts are not steady). Commit it on its own
   crash [--trials N] [--seed S]
                  the randomized crash campaign (tests/crash_campaign): N
                  trials (default 200) of a real agent process killed with
@@ -97,9 +115,10 @@ commands:
                  missing: aimock, the MCP servers and playwright-core (npm,
                  into .tools/), tmux (Debian's package, for the command
                  line's live-view tests), Chromium (Debian's, for the web
-                 console's tests) and PostgreSQL's server (Debian's
+                 console's tests), PostgreSQL's server (Debian's
                  postgresql, without its default cluster, for
-                 tinyagents-postgres's throwaway ones)
+                 tinyagents-postgres's throwaway ones) and valgrind
+                 (Debian's, for the instruction gate)
   help           this text";
 
 /// cargo-deny release known to build with the pinned toolchain (1.95).
@@ -462,6 +481,14 @@ fn ci_steps() -> Vec<Step> {
             ],
         ));
     }
+    // The instruction gate (issue 32): instructions and allocations per
+    // call of a few workloads against xtask/instructions-baseline.json,
+    // failing above +3 %. It builds the harness's bench in release.
+    steps.push(Step {
+        peers: vec![peers::ensure_valgrind],
+        checks: vec![instr::ci_check],
+        ..Step::new("instructions", Vec::new())
+    });
     steps.push(Step {
         tools: vec![Tool {
             subcommand: "deny",

@@ -23,6 +23,9 @@
 //! - PostgreSQL's server (`postgresql`), whose `initdb` and `pg_ctl` the
 //!   `tinyagents-postgres` tests start throwaway clusters with (installed
 //!   without the package's default cluster, which nothing uses).
+//! - valgrind, whose callgrind and memcheck count the instructions and
+//!   allocations the instruction gate (`bench --instructions --check`)
+//!   compares with its baseline.
 
 use std::env;
 use std::fs;
@@ -224,6 +227,21 @@ pub(crate) fn ensure_openssl() -> Result<(), String> {
     )
 }
 
+/// valgrind, with which the instruction gate counts (callgrind, memcheck):
+/// Debian's package when `valgrind --version` does not run. Nothing to do
+/// when `VALGRIND` names another binary (`bench --instructions` runs that
+/// one, and says so when it does not run).
+pub(crate) fn ensure_valgrind() -> Result<(), String> {
+    if env::var_os("VALGRIND").is_some_and(|v| !v.is_empty()) {
+        return Ok(());
+    }
+    ensure_program(
+        "valgrind",
+        "--version",
+        "the instruction gate counts instructions and allocations with valgrind",
+    )
+}
+
 /// Chromium at `/usr/bin/chromium`, which the web console's tests drive
 /// (headless, through `playwright-core`): Debian's `chromium` package when
 /// it is missing.
@@ -407,5 +425,6 @@ pub(crate) fn ensure_all() -> Result<(), String> {
     ensure_tmux()?;
     ensure_chromium()?;
     ensure_openssl()?;
-    ensure_postgres()
+    ensure_postgres()?;
+    ensure_valgrind()
 }
