@@ -148,6 +148,15 @@ impl RunContext {
             .map(|budget| budget.saturating_sub(self.elapsed()))
     }
 
+    /// When the wall-clock budget runs out, `None` when there is none (or
+    /// it lies past what the clock can hold). Reading it takes no clock
+    /// reading: a call bounds itself by it without one.
+    pub fn wall_clock_end(&self) -> Option<Instant> {
+        let budget = self.limits.wall_clock?;
+        self.segment_started
+            .checked_add(budget.saturating_sub(self.active_before))
+    }
+
     /// The wall-clock budget as an error if it is spent.
     pub fn check_wall_clock(&self) -> Result<(), TinyAgentsError> {
         match self.limits.wall_clock {

@@ -16,13 +16,16 @@ use crate::resolution::{InDoubt, Resolution, Resolve};
 use crate::row::{DEFAULT_MAX_RESULT_BYTES, LedgerRow, Outcome, StartedRow, StoredResult};
 use crate::rules::{self, Existing, ResolveWrite, Start};
 
+/// The hasher of the ledger's maps.
+type Fast = foldhash::fast::RandomState;
+
 /// What the ledger holds for one run.
 #[derive(Debug, Default)]
 struct RunEntry {
     /// Rows in the order their calls first started.
     rows: Vec<LedgerRow>,
     /// Where each call's row sits in `rows`.
-    index: HashMap<CallId, usize>,
+    index: HashMap<CallId, usize, Fast>,
     /// The base checkpoint and the entries appended to it.
     checkpoint: Option<Kept>,
     finished_at: Option<Timestamp>,
@@ -97,7 +100,7 @@ impl RunEntry {
 /// id), so concurrent runs do not contend.
 #[derive(Debug)]
 pub struct MemoryLedger {
-    runs: DashMap<RunId, RunEntry>,
+    runs: DashMap<RunId, RunEntry, Fast>,
     clock: SharedClock,
     max_result_bytes: usize,
     refuse_started: AtomicBool,
@@ -114,7 +117,7 @@ impl MemoryLedger {
     /// [`DEFAULT_MAX_RESULT_BYTES`].
     pub fn new() -> Self {
         Self {
-            runs: DashMap::new(),
+            runs: DashMap::default(),
             clock: system_clock(),
             max_result_bytes: DEFAULT_MAX_RESULT_BYTES,
             refuse_started: AtomicBool::new(false),

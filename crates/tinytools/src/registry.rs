@@ -191,7 +191,9 @@ fn quote_cut(text: String) -> String {
 #[derive(Debug, Default)]
 pub struct ToolRegistry {
     entries: Vec<RegisteredTool>,
-    by_name: HashMap<String, usize>,
+    /// Each name's entry; looked up on every call, so hashed with
+    /// foldhash (seeded per process) rather than SipHash.
+    by_name: HashMap<String, usize, foldhash::fast::RandomState>,
     model_definitions: Vec<ToolDefinition>,
 }
 

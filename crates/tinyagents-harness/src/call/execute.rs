@@ -17,7 +17,7 @@ use super::CallEnv;
 use super::contain::panic_text;
 use super::nested::{NestedRunner, attach_summary};
 use super::settle::CallOutcome;
-use super::timing::{millis, with_deadline};
+use super::timing::{millis, until};
 use super::{NESTED_SCOPE, NestedScope, NestedToolRunner, ToolExecutionContext};
 use super::{ToolSpan, tool_ended};
 
@@ -54,12 +54,18 @@ impl CallEnv<'_> {
             provider_id,
             parent_span,
         } = site;
+        // One clock reading per call: its start, its deadline from it.
         let started = Instant::now();
         let spec = entry.spec();
-        let timeout = match (spec.timeout.or(ctx.limits.tool_timeout), ctx.remaining()) {
-            (Some(own), Some(left)) => Some(own.min(left)),
-            (own, left) => own.or(left),
+        let own = spec
+            .timeout
+            .or(ctx.limits.tool_timeout)
+            .and_then(|own| started.checked_add(own));
+        let end = match (own, ctx.wall_clock_end()) {
+            (Some(own), Some(run)) => Some(own.min(run)),
+            (own, run) => own.or(run),
         };
+        let timeout = end.map(|end| end.saturating_duration_since(started));
         let call_id = call.id.clone();
         let scope = nested.map(|runner| {
             if parent_call_id.is_none() {
@@ -108,7 +114,7 @@ impl CallEnv<'_> {
         let guarded = AssertUnwindSafe(onion)
             .catch_unwind()
             .instrument(span.clone());
-        let bounded = with_deadline(timeout, guarded);
+        let bounded = until(end, guarded);
         // One await point whatever the scope: the future then holds the
         // call's execution once. Without nesting the scope's runner refuses.
         let scope = scope.unwrap_or_else(|| NestedScope {

@@ -40,7 +40,7 @@ pub(crate) use reconcile::{Doubt, Sweep};
 pub(crate) use redact::Redaction;
 pub(crate) use settle::{CallOutcome, SettleScope, Settlement};
 pub(crate) use span::{ToolSpan, count, fail, tool_ended};
-pub(crate) use timing::{millis, with_deadline};
+pub(crate) use timing::{millis, until};
 pub(crate) use tool_runner::{NESTED_SCOPE, NestedScope, NestedToolRunner};
 
 use std::sync::Arc;

@@ -9,16 +9,14 @@ pub(crate) fn millis(since: Instant) -> u64 {
     u64::try_from(since.elapsed().as_millis()).unwrap_or(u64::MAX)
 }
 
-/// Runs `future` within `deadline`; `None` when the deadline passed first.
-/// Not an `async fn`: one of those would keep `future` twice (as its
-/// argument and inside the timeout), doubling every call's future.
-pub(crate) fn with_deadline<F: std::future::Future>(
-    deadline: Option<std::time::Duration>,
+/// Runs `future` until `end`; `None` when `end` passed first. Takes no
+/// clock reading.
+pub(crate) fn until<F: std::future::Future>(
+    end: Option<Instant>,
     future: F,
 ) -> impl std::future::Future<Output = Option<F::Output>> {
     use futures_util::future::Either;
-    // A deadline past what the clock can hold is no deadline.
-    match deadline.and_then(|limit| Instant::now().checked_add(limit)) {
+    match end {
         Some(end) => Either::Left(Deadline {
             future,
             end,

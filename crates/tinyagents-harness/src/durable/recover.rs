@@ -22,6 +22,7 @@ use crate::mutation::{Mutation, planted};
 use crate::run::{AgentRun, SuspendedRun};
 use crate::trace::{self, Segment};
 use crate::turns::Run;
+use crate::turns::turn::Slot;
 
 impl<'h> Run<'h> {
     /// Settles the run's rows still in doubt that a recovery will not meet
@@ -165,7 +166,8 @@ impl AgentHarness {
             run.settle_left_in_doubt().await;
             return run.drive().await;
         };
-        let end = run.run_calls(calls, None, &blocked, &[]).await?;
+        let slots = calls.into_iter().map(Slot::Issued).collect();
+        let end = run.run_calls(slots, None, &blocked, &[]).await?;
         // A call answered from its row, a reconciliation or a blocked replay
         // spent its slot before the crash, whether or not it was admitted
         // again.

@@ -31,9 +31,7 @@ use tinyagents_middleware::{Hook, OutputVerdict};
 use tracing::Instrument;
 
 use crate::call::RunShared;
-use crate::call::{
-    CallEnv, Redaction, ToolEvents, contain, millis, panic_text, panicked, with_deadline,
-};
+use crate::call::{CallEnv, Redaction, ToolEvents, contain, millis, panic_text, panicked, until};
 use crate::events::EventSink;
 use crate::events::segment::SegmentGuard;
 use crate::harness::AgentHarness;
@@ -63,6 +61,8 @@ pub(crate) struct Run<'h> {
     /// The model options of this run when they are not the harness's: the
     /// run asked for an output schema.
     pub(crate) options: Option<ModelOptions>,
+    /// The last turn's slots, emptied: the next turn's buffer.
+    pub(crate) spare_slots: Vec<turn::Slot<'h>>,
 }
 
 /// How a turn ends the loop, if it does.
@@ -172,6 +172,7 @@ impl AgentHarness {
             cursor: None,
             decided: None,
             options,
+            spare_slots: Vec::new(),
         }
     }
 
@@ -336,7 +337,7 @@ impl Run<'_> {
         // once registers no waiter on the cancellation token.
         let answer = tokio::select! {
             biased;
-            answer = with_deadline(self.ctx.remaining(), call) => {
+            answer = until(self.ctx.wall_clock_end(), call) => {
                 if self.ctx.is_cancelled() {
                     return Ok(ModelOutcome::Cancelled);
                 }

@@ -15,6 +15,11 @@ use crate::run::{PendingCall, TurnEntry};
 
 /// One call of a turn, as admission leaves it.
 pub(crate) enum Slot<'h> {
+    /// Issued by the model, not yet admitted (a turn's slots are built
+    /// from the model's calls and admitted in place).
+    Issued(ToolCall),
+    /// Taken out for admission; never folded.
+    Vacant,
     /// Admitted: runs with these prepared arguments. `args_hash` is its
     /// idempotency key's hash, set when a ledger recorded its start.
     Run {
@@ -90,14 +95,12 @@ impl<'h> Run<'h> {
         token_limit: Option<TinyAgentsError>,
     ) -> Result<TurnEnd, TinyAgentsError> {
         let first = self.state.calls_issued + 1;
-        self.state.calls_issued += response.tool_calls.len() as u64;
-        let calls: Vec<ToolCall> = response
-            .tool_calls
-            .into_iter()
-            .zip(first..)
-            // Arguments too deep to persist stay as text and are refused.
-            .map(|(call, n)| call.into_call(CallId::model(n)).confine_deep_arguments())
-            .collect();
+        let issued = response.tool_calls.len();
+        self.state.calls_issued += issued as u64;
+        // The turn's slots reuse the last turn's buffer: one per call,
+        // admitted in place.
+        let mut slots = std::mem::take(&mut self.spare_slots);
+        slots.reserve(issued);
         // The transcript keeps the calls as the model wrote them, with every
         // middleware's redaction applied (arguments and any raw text); the
         // tools get the real arguments. Calls whose payload redaction
@@ -105,109 +108,128 @@ impl<'h> Run<'h> {
         // persisted.
         let mut replay_blocked = Vec::new();
         let mut refused = Vec::new();
+        let mut recorded = Vec::with_capacity(issued);
         let redaction = self.events.redaction();
-        let recorded = calls
-            .iter()
-            .map(|call| {
-                let redacted = redaction.call(call);
-                if redacted.changed {
-                    replay_blocked.push(call.id.clone());
-                }
-                if let Some(error) = redacted.failed {
-                    refused.push((call.id.clone(), error));
-                }
-                redacted.copy
-            })
-            .collect();
+        for (call, n) in response.tool_calls.into_iter().zip(first..) {
+            // Arguments too deep to persist stay as text and are refused.
+            let call = call.into_call(CallId::model(n)).confine_deep_arguments();
+            let redacted = redaction.call(&call);
+            if redacted.changed {
+                replay_blocked.push(call.id.clone());
+            }
+            if let Some(error) = redacted.failed {
+                refused.push((call.id.clone(), error));
+            }
+            recorded.push(redacted.copy);
+            slots.push(Slot::Issued(call));
+        }
         self.state.messages.push(Message::Assistant {
             content: response.content,
             tool_calls: recorded,
             reasoning: response.reasoning,
         });
         self.checkpoint(&replay_blocked).await;
-        self.run_calls(calls, token_limit, &[], &refused).await
+        self.run_calls(slots, token_limit, &[], &refused).await
     }
 
-    /// Admits, executes and folds the calls of one turn, whose assistant
-    /// message is already in the transcript. `replay_blocked` names calls a
-    /// recovery must not run again (their arguments were redacted);
-    /// `refused` calls whose redaction failed.
+    /// Admits, executes and folds the calls of one turn (`Slot::Issued`,
+    /// admitted in place), whose assistant message is already in the
+    /// transcript. `replay_blocked` names calls a recovery must not run
+    /// again (their arguments were redacted); `refused` calls whose
+    /// redaction failed.
     pub(crate) async fn run_calls(
         &mut self,
-        calls: Vec<ToolCall>,
+        mut slots: Vec<Slot<'h>>,
         token_limit: Option<TinyAgentsError>,
         replay_blocked: &[CallId],
         refused: &[(CallId, TinyAgentsError)],
     ) -> Result<TurnEnd, TinyAgentsError> {
-        let harness = self.harness;
         let mut limit = token_limit;
-        let mut slots = Vec::with_capacity(calls.len());
-        for (position, call) in calls.into_iter().enumerate() {
-            if replay_blocked.contains(&call.id) {
-                // It spent its slot when it was first issued, like every
-                // issued call (issue 13: without this, a recovered turn
-                // gave its slot to the next call).
-                let _ = self.ctx.tracker().try_reserve_tool_call();
-                slots.push(self.blocked_replay(call).await);
+        for position in 0..slots.len() {
+            let Slot::Issued(call) = std::mem::replace(&mut slots[position], Slot::Vacant) else {
                 continue;
-            }
-            if let Some((_, error)) = refused.iter().find(|(id, _)| *id == call.id) {
-                // Budget is spent like any issued call's, so refusals stay bounded.
-                let _ = self.ctx.tracker().try_reserve_tool_call();
-                slots.push(self.refused_slot(call, error).await);
-                continue;
-            }
-            // A token cap crossed by this very response refuses all its calls.
-            if let Some(
-                reached @ TinyAgentsError::LimitExceeded {
-                    kind: LimitKind::Tokens,
-                    ..
-                },
-            ) = &limit
-            {
-                let reached = reached.clone();
-                slots.push(self.refused_slot(call, &reached).await);
-                continue;
-            }
-            let scope = Scope::Model {
-                ctx: &mut self.ctx,
-                state: &self.state,
-                position,
             };
-            let slot = match harness.calls.admit(scope, &self.events, call).await {
-                Admission::Run(admitted) => Slot::admitted(admitted),
-                Admission::Refused(call, error) => {
-                    if matches!(error, TinyAgentsError::LimitExceeded { .. }) {
-                        limit.get_or_insert_with(|| error.clone());
-                    }
-                    self.refused_slot(call, &error).await
-                }
-                Admission::Pending(call, reason) => match self.settled_answer(&call).await {
-                    // A call that ran and settled before a crash (recovery
-                    // meets it again) is answered from its row: a person is
-                    // not asked to approve what already happened.
-                    Some(result) => Slot::Recorded { call, result },
-                    None => {
-                        let pending = PendingCall::waiting(self.ctx.run_id.clone(), call, reason);
-                        match self.earlier_decision(&pending).await {
-                            // Decided before a crash: admitted again with
-                            // that decision, from the slot it gives back.
-                            Some(decision) => {
-                                self.ctx.tracker().release_tool_call();
-                                self.decide(position, pending, false, Some(&decision)).await
-                            }
-                            None => Slot::Pending(pending),
-                        }
-                    }
-                },
-                Admission::Fatal(_, error) => return Ok(TurnEnd::Fail(error)),
-            };
-            slots.push(slot);
+            let slot = self
+                .admit_issued(position, call, &mut limit, replay_blocked, refused)
+                .await;
+            match slot {
+                Ok(slot) => slots[position] = slot,
+                Err(end) => return Ok(end),
+            }
         }
         if let Some(reached) = &limit {
             self.report_limit(reached).await;
         }
         self.complete_turn(slots, limit).await
+    }
+
+    /// One issued call of a turn through admission: its slot, or how the
+    /// turn ends (`InvalidArgsPolicy::Fail`).
+    async fn admit_issued(
+        &mut self,
+        position: usize,
+        call: ToolCall,
+        limit: &mut Option<TinyAgentsError>,
+        replay_blocked: &[CallId],
+        refused: &[(CallId, TinyAgentsError)],
+    ) -> Result<Slot<'h>, TurnEnd> {
+        let harness = self.harness;
+        if replay_blocked.contains(&call.id) {
+            // It spent its slot when it was first issued, like every
+            // issued call (issue 13: without this, a recovered turn
+            // gave its slot to the next call).
+            let _ = self.ctx.tracker().try_reserve_tool_call();
+            return Ok(self.blocked_replay(call).await);
+        }
+        if let Some((_, error)) = refused.iter().find(|(id, _)| *id == call.id) {
+            // Budget is spent like any issued call's, so refusals stay bounded.
+            let _ = self.ctx.tracker().try_reserve_tool_call();
+            return Ok(self.refused_slot(call, error).await);
+        }
+        // A token cap crossed by this very response refuses all its calls.
+        if let Some(
+            reached @ TinyAgentsError::LimitExceeded {
+                kind: LimitKind::Tokens,
+                ..
+            },
+        ) = &*limit
+        {
+            let reached = reached.clone();
+            return Ok(self.refused_slot(call, &reached).await);
+        }
+        let scope = Scope::Model {
+            ctx: &mut self.ctx,
+            state: &self.state,
+            position,
+        };
+        Ok(match harness.calls.admit(scope, &self.events, call).await {
+            Admission::Run(admitted) => Slot::admitted(admitted),
+            Admission::Refused(call, error) => {
+                if matches!(error, TinyAgentsError::LimitExceeded { .. }) {
+                    limit.get_or_insert_with(|| error.clone());
+                }
+                self.refused_slot(call, &error).await
+            }
+            Admission::Pending(call, reason) => match self.settled_answer(&call).await {
+                // A call that ran and settled before a crash (recovery
+                // meets it again) is answered from its row: a person is
+                // not asked to approve what already happened.
+                Some(result) => Slot::Recorded { call, result },
+                None => {
+                    let pending = PendingCall::waiting(self.ctx.run_id.clone(), call, reason);
+                    match self.earlier_decision(&pending).await {
+                        // Decided before a crash: admitted again with
+                        // that decision, from the slot it gives back.
+                        Some(decision) => {
+                            self.ctx.tracker().release_tool_call();
+                            self.decide(position, pending, false, Some(&decision)).await
+                        }
+                        None => Slot::Pending(pending),
+                    }
+                }
+            },
+            Admission::Fatal(_, error) => return Err(TurnEnd::Fail(error)),
+        })
     }
 
     /// Records, executes and folds a turn's admitted slots.
@@ -237,15 +259,24 @@ impl<'h> Run<'h> {
     /// Folds a turn's slots, in call order.
     async fn fold_turn(
         &mut self,
-        slots: Vec<Slot<'_>>,
+        mut slots: Vec<Slot<'h>>,
         limit: Option<TinyAgentsError>,
     ) -> Result<TurnEnd, TinyAgentsError> {
         let mut fold = Fold {
             start: self.state.messages.len(),
             ..Fold::default()
         };
-        for slot in slots {
+        for slot in slots.drain(..) {
             match slot {
+                // Admission replaces every issued call; one left would be
+                // a broken turn: it gets a refusal, never silence.
+                Slot::Issued(call) => {
+                    let text = format!("tool '{}' was not admitted", call.name);
+                    self.events.refused(&call, &text).await;
+                    let message = tool_message(&call, &ToolResult::error(text));
+                    self.fold_settled(&mut fold, message);
+                }
+                Slot::Vacant => {}
                 Slot::Run {
                     call,
                     entry,
@@ -279,6 +310,8 @@ impl<'h> Run<'h> {
                 Slot::Pending(pending) => Self::fold_pending(&mut fold, pending),
             }
         }
+        // The emptied buffer serves the next turn.
+        self.spare_slots = slots;
         if !fold.pending.is_empty() {
             for (_, pending) in &fold.pending {
                 self.events
