@@ -10,6 +10,7 @@
 mod builtins;
 mod deferral;
 mod fail_closed;
+mod hook_mask;
 mod order;
 mod redaction;
 mod wraps;
