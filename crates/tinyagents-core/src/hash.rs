@@ -30,17 +30,12 @@ fn write_canonical(value: &Value, out: &mut Vec<u8>) {
                 .keys()
                 .zip(object.keys().skip(1))
                 .all(|(a, b)| a <= b);
-            let mut entries: Vec<(&String, &Value)> = object.iter().collect();
-            if !sorted {
+            if sorted {
+                write_members(object.iter(), out);
+            } else {
+                let mut entries: Vec<(&String, &Value)> = object.iter().collect();
                 entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
-            }
-            for (i, (key, inner)) in entries.into_iter().enumerate() {
-                if i > 0 {
-                    out.push(b',');
-                }
-                write_json(key.as_str(), out);
-                out.push(b':');
-                write_canonical(inner, out);
+                write_members(entries.into_iter(), out);
             }
             out.push(b'}');
         }
@@ -58,9 +53,22 @@ fn write_canonical(value: &Value, out: &mut Vec<u8>) {
     }
 }
 
+/// An object's members, in the order given, as `"key":value,...`.
+fn write_members<'a>(members: impl Iterator<Item = (&'a String, &'a Value)>, out: &mut Vec<u8>) {
+    for (i, (key, inner)) in members.enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        write_json(key.as_str(), out);
+        out.push(b':');
+        write_canonical(inner, out);
+    }
+}
+
 /// SHA-256 of the canonical JSON of `args`, as 64 lowercase hex digits.
 pub fn args_hash(args: &Value) -> String {
-    let mut text = Vec::new();
+    // Most arguments fit: one allocation, not a doubling series.
+    let mut text = Vec::with_capacity(256);
     write_canonical(args, &mut text);
     crate::hex::encode(&Sha256::digest(&text))
 }

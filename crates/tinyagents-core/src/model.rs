@@ -300,8 +300,24 @@ impl<T: ChatModel + ?Sized> ChatModel for std::sync::Arc<T> {
         (**self).provider()
     }
 
-    async fn chat(&self, request: ChatRequest<'_>) -> Result<ChatResponse, ModelError> {
-        (**self).chat(request).await
+    // The shared model's own future, not one boxed around it: written as
+    // `#[async_trait]` writes the method, so the call costs no allocation.
+    fn chat<'life0, 'life1, 'async_trait>(
+        &'life0 self,
+        request: ChatRequest<'life1>,
+    ) -> std::pin::Pin<
+        Box<
+            dyn std::future::Future<Output = Result<ChatResponse, ModelError>>
+                + Send
+                + 'async_trait,
+        >,
+    >
+    where
+        'life0: 'async_trait,
+        'life1: 'async_trait,
+        Self: 'async_trait,
+    {
+        (**self).chat(request)
     }
 }
 

@@ -138,13 +138,15 @@ fn panic_text(panic: &(dyn std::any::Any + Send)) -> &str {
         .unwrap_or("(no message)")
 }
 
-/// Calls the tool itself. A raised error becomes `ToolFailed`; a
-/// `TinyAgentsError` the tool forwarded with `?` keeps its message verbatim.
 /// What the model reads of a raised error whose detail is withheld.
 pub fn withheld(tool: &str) -> String {
     format!("tool '{tool}' failed (details withheld)")
 }
 
+/// Calls the tool itself. A raised error becomes `ToolFailed`, named by the
+/// tool's spec (the call the innermost layer passes may not carry its
+/// name); a `TinyAgentsError` the tool forwarded with `?` keeps its message
+/// verbatim.
 async fn invoke(
     tool: &dyn Tool,
     ctx: &ToolCallContext<'_>,
@@ -168,15 +170,16 @@ async fn invoke(
                         TinyAgentsError::ToolFailed { detail, .. } => detail.clone(),
                         _ => None,
                     },
-                    tool: call.name,
+                    tool: ctx.spec.name.clone(),
                 },
                 None if ctx.detailed_errors => {
-                    TinyAgentsError::tool_failed(call.name, format!("{error:#}"))
+                    TinyAgentsError::tool_failed(ctx.spec.name.clone(), format!("{error:#}"))
                 }
                 // The model reads that it failed; the host keeps the text.
                 None => {
-                    let withheld = withheld(&call.name);
-                    TinyAgentsError::tool_failed_withheld(call.name, withheld, format!("{error:#}"))
+                    let withheld = withheld(&ctx.spec.name);
+                    let name = ctx.spec.name.clone();
+                    TinyAgentsError::tool_failed_withheld(name, withheld, format!("{error:#}"))
                 }
             }
         })

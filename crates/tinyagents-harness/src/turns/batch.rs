@@ -129,7 +129,12 @@ impl Run<'_> {
             ToolCall {
                 id: call.id.clone(),
                 provider_id: None,
-                name: call.name.clone(),
+                // Only a wrap layer reads the name; the tool is the onion's.
+                name: if self.harness.calls.wraps.is_empty() {
+                    String::new()
+                } else {
+                    call.name.clone()
+                },
                 arguments: std::mem::take(&mut call.arguments),
                 raw_arguments: None,
             }

@@ -34,6 +34,33 @@ impl<'h> Run<'h> {
                 *hash = Some(call_hash(redaction, &call.arguments));
             }
         }
+        let admitted = slots
+            .iter()
+            .filter(|slot| matches!(slot, Slot::Run { .. }))
+            .count();
+        if admitted == 1 {
+            // The common turn: one call, its row written directly.
+            let Some(at) = slots.iter().position(|s| matches!(s, Slot::Run { .. })) else {
+                return;
+            };
+            let start = match &slots[at] {
+                Slot::Run {
+                    call,
+                    entry,
+                    args_hash: Some(hash),
+                    replay,
+                    ..
+                } => {
+                    harness
+                        .calls
+                        .start_row(&self.ctx, &self.events, call, entry, hash.clone(), *replay)
+                        .await
+                }
+                _ => return,
+            };
+            self.apply_start(&mut slots[at], start).await;
+            return;
+        }
         let group: Vec<StartOf<'_>> = slots
             .iter()
             .filter_map(|slot| match slot {
@@ -54,22 +81,34 @@ impl<'h> Run<'h> {
         drop(group);
         let mut starts = starts.into_iter();
         for slot in slots.iter_mut() {
-            let Slot::Run { call, .. } = &*slot else {
+            if !matches!(slot, Slot::Run { .. }) {
                 continue;
-            };
+            }
             let Some(start) = starts.next() else {
                 break;
             };
-            let call = call.clone();
-            *slot = match start {
-                Start::Run => continue,
-                Start::Recorded(result) => Slot::Recorded { call, result },
-                Start::Refused(text) => {
-                    let refusal = TinyAgentsError::tool_failed(call.name.clone(), text);
-                    self.refused_slot(call, &refusal).await
-                }
-            };
+            self.apply_start(slot, start).await;
         }
+    }
+
+    /// What the ledger's answer to a call's start makes of its slot: it
+    /// runs, or it is answered without running (recorded, or refused).
+    async fn apply_start(&self, slot: &mut Slot<'h>, start: Start) {
+        if matches!(start, Start::Run) {
+            return;
+        }
+        // Answered without running: the call moves out of its slot.
+        let Slot::Run { call, .. } = std::mem::replace(slot, Slot::Vacant) else {
+            return;
+        };
+        *slot = match start {
+            Start::Recorded(result) => Slot::Recorded { call, result },
+            Start::Refused(text) => {
+                let refusal = TinyAgentsError::tool_failed(call.name.clone(), text);
+                self.refused_slot(call, &refusal).await
+            }
+            Start::Run => return,
+        };
     }
 }
 
