@@ -1,6 +1,7 @@
 //! The `wrap_tool` onion.
 
-use std::panic::AssertUnwindSafe;
+use std::future::Future;
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 
 use futures_util::FutureExt;
@@ -79,11 +80,20 @@ impl<'a> Next<'a> {
     }
 
     /// Runs the remaining layers and then the tool.
-    pub async fn run(
+    ///
+    /// Not an `async fn`: the next layer's (or the tool's) future is built
+    /// at once, so the call is not kept beside it at every layer. A panic
+    /// while building it or while it runs is contained all the same.
+    pub fn run<'c, 'd>(
         self,
-        ctx: &ToolCallContext<'_>,
+        ctx: &'c ToolCallContext<'d>,
         call: ToolCall,
-    ) -> Result<ToolResult, TinyAgentsError> {
+    ) -> impl Future<Output = Result<ToolResult, TinyAgentsError>> + Send + use<'a, 'c, 'd>
+    where
+        'a: 'c,
+        'd: 'c,
+    {
+        use futures_util::future::Either;
         // Each layer and the tool are contained on their own, so a panic
         // fails the call naming what panicked, never the layer around it.
         match self.rest.split_first() {
@@ -92,42 +102,58 @@ impl<'a> Next<'a> {
                     rest,
                     tool: self.tool,
                 };
-                match AssertUnwindSafe(layer.wrap_tool(ctx, call, next))
-                    .catch_unwind()
-                    .await
-                {
-                    Ok(result) => result,
-                    Err(panic) => Err(TinyAgentsError::Denied {
-                        by: layer.name().to_owned(),
-                        reason: format!("the wrap layer panicked: {}", panic_text(panic.as_ref())),
-                    }),
-                }
+                let built: Result<Building<'c, TinyAgentsError>, _> =
+                    catch_unwind(AssertUnwindSafe(|| layer.wrap_tool(ctx, call, next)));
+                Either::Left(async move {
+                    let ran = match built {
+                        Ok(future) => AssertUnwindSafe(future).catch_unwind().await,
+                        Err(panic) => Err(panic),
+                    };
+                    ran.unwrap_or_else(|panic| {
+                        Err(TinyAgentsError::Denied {
+                            by: layer.name().to_owned(),
+                            reason: format!(
+                                "the wrap layer panicked: {}",
+                                panic_text(panic.as_ref())
+                            ),
+                        })
+                    })
+                })
             }
             None => {
-                match AssertUnwindSafe(invoke(self.tool, ctx, call))
-                    .catch_unwind()
-                    .await
-                {
-                    Ok(result) => result,
-                    Err(panic) => {
-                        // The tool that panicked is the onion's own.
-                        let name = ctx.spec.name.clone();
-                        let text =
-                            format!("tool '{name}' panicked: {}", panic_text(panic.as_ref()));
-                        Err(if ctx.detailed_errors {
-                            TinyAgentsError::tool_failed(name, text)
-                        } else {
-                            {
+                let tool = self.tool;
+                let built: Result<Building<'c, anyhow::Error>, _> =
+                    catch_unwind(AssertUnwindSafe(|| {
+                        tool.execute_with_context(call.arguments, ctx.opts, Some(ctx.tool_context))
+                    }));
+                Either::Right(async move {
+                    let ran = match built {
+                        Ok(future) => AssertUnwindSafe(future).catch_unwind().await,
+                        Err(panic) => Err(panic),
+                    };
+                    match ran {
+                        Ok(result) => result.map_err(|error| tool_error(ctx, &error)),
+                        Err(panic) => {
+                            // The tool that panicked is the onion's own.
+                            let name = ctx.spec.name.clone();
+                            let text =
+                                format!("tool '{name}' panicked: {}", panic_text(panic.as_ref()));
+                            Err(if ctx.detailed_errors {
+                                TinyAgentsError::tool_failed(name, text)
+                            } else {
                                 let message = withheld(&name);
                                 TinyAgentsError::tool_failed_withheld(name, message, text)
-                            }
-                        })
+                            })
+                        }
                     }
-                }
+                })
             }
         }
     }
 }
+
+/// A layer's or a tool's future, as `#[async_trait]` boxes it.
+type Building<'c, E> = std::pin::Pin<Box<dyn Future<Output = Result<ToolResult, E>> + Send + 'c>>;
 
 /// The message a panic carried, when it was text.
 fn panic_text(panic: &(dyn std::any::Any + Send)) -> &str {
@@ -143,44 +169,35 @@ pub fn withheld(tool: &str) -> String {
     format!("tool '{tool}' failed (details withheld)")
 }
 
-/// Calls the tool itself. A raised error becomes `ToolFailed`, named by the
-/// tool's spec (the call the innermost layer passes may not carry its
-/// name); a `TinyAgentsError` the tool forwarded with `?` keeps its message
-/// verbatim.
-async fn invoke(
-    tool: &dyn Tool,
-    ctx: &ToolCallContext<'_>,
-    call: ToolCall,
-) -> Result<ToolResult, TinyAgentsError> {
-    tool.execute_with_context(call.arguments, ctx.opts, Some(ctx.tool_context))
-        .await
-        .map_err(|error| {
-            // Asking for approval is a signal to the harness, not a failure:
-            // it defers a model-issued call and refuses a nested one.
-            if let Some(asked @ TinyAgentsError::ApprovalRequired { .. }) =
-                error.downcast_ref::<TinyAgentsError>()
-            {
-                return asked.clone();
-            }
-            match error.downcast_ref::<TinyAgentsError>() {
-                // A forwarded error keeps what the host may read of it.
-                Some(inner) => TinyAgentsError::ToolFailed {
-                    message: inner.to_string(),
-                    detail: match inner {
-                        TinyAgentsError::ToolFailed { detail, .. } => detail.clone(),
-                        _ => None,
-                    },
-                    tool: ctx.spec.name.clone(),
-                },
-                None if ctx.detailed_errors => {
-                    TinyAgentsError::tool_failed(ctx.spec.name.clone(), format!("{error:#}"))
-                }
-                // The model reads that it failed; the host keeps the text.
-                None => {
-                    let withheld = withheld(&ctx.spec.name);
-                    let name = ctx.spec.name.clone();
-                    TinyAgentsError::tool_failed_withheld(name, withheld, format!("{error:#}"))
-                }
-            }
-        })
+/// What a tool's raised error becomes: `ToolFailed`, named by the tool's
+/// spec; a `TinyAgentsError` the tool forwarded with `?` keeps its message
+/// verbatim, and a request for approval stays one.
+fn tool_error(ctx: &ToolCallContext<'_>, error: &anyhow::Error) -> TinyAgentsError {
+    // Asking for approval is a signal to the harness, not a failure: it
+    // defers a model-issued call and refuses a nested one.
+    if let Some(asked @ TinyAgentsError::ApprovalRequired { .. }) =
+        error.downcast_ref::<TinyAgentsError>()
+    {
+        return asked.clone();
+    }
+    match error.downcast_ref::<TinyAgentsError>() {
+        // A forwarded error keeps what the host may read of it.
+        Some(inner) => TinyAgentsError::ToolFailed {
+            message: inner.to_string(),
+            detail: match inner {
+                TinyAgentsError::ToolFailed { detail, .. } => detail.clone(),
+                _ => None,
+            },
+            tool: ctx.spec.name.clone(),
+        },
+        None if ctx.detailed_errors => {
+            TinyAgentsError::tool_failed(ctx.spec.name.clone(), format!("{error:#}"))
+        }
+        // The model reads that it failed; the host keeps the text.
+        None => {
+            let withheld = withheld(&ctx.spec.name);
+            let name = ctx.spec.name.clone();
+            TinyAgentsError::tool_failed_withheld(name, withheld, format!("{error:#}"))
+        }
+    }
 }

@@ -37,10 +37,10 @@ pub(crate) struct CallSite<'a> {
     pub(crate) parent_span: Option<&'a tracing::Span>,
 }
 
-impl CallEnv<'_> {
+impl<'e> CallEnv<'e> {
     /// Runs one call through the onion under its timeout.
     pub(crate) async fn execute_call(
-        &self,
+        self,
         call: ToolCall,
         entry: &RegisteredTool,
         site: CallSite<'_>,
@@ -164,18 +164,27 @@ impl CallEnv<'_> {
     /// Runs one admitted call and writes its settled row as soon as it
     /// ends, so a crash later in the turn does not put a finished call in
     /// doubt.
-    pub(crate) async fn run_call(
-        &self,
+    ///
+    /// Not an `async fn`: the call's execution is made first and moved into
+    /// the future whole, so the call is not also kept beside it.
+    pub(crate) fn run_call<'a>(
+        self,
         call: ToolCall,
-        entry: &RegisteredTool,
-        site: CallSite<'_>,
-    ) -> CallOutcome {
+        entry: &'a RegisteredTool,
+        site: CallSite<'a>,
+    ) -> impl std::future::Future<Output = CallOutcome> + use<'a, 'e>
+    where
+        'e: 'a,
+    {
         let id = call.id.clone();
-        let outcome = self.execute_call(call, entry, site).await;
-        self.path
-            .record(self.ctx, self.events, &id, entry.spec(), &outcome)
-            .await;
-        outcome
+        let execution = self.execute_call(call, entry, site);
+        async move {
+            let outcome = execution.await;
+            self.path
+                .record(self.ctx, self.events, &id, entry.spec(), &outcome)
+                .await;
+            outcome
+        }
     }
 
     fn tool_context(&self, call_id: &CallId) -> ToolRunContext {

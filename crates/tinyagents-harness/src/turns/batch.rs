@@ -260,13 +260,13 @@ impl Run<'_> {
     /// ends, so a crash later in the turn does not put a finished call in
     /// doubt.
     /// `ids` are its idempotency key's hash and its provider's id.
-    async fn run_one(
-        &self,
+    fn run_one<'a>(
+        &'a self,
         call: ToolCall,
-        entry: &RegisteredTool,
-        ids: (Option<&str>, Option<&str>),
-        runner: Option<&Arc<NestedRunner>>,
-    ) -> CallOutcome {
+        entry: &'a RegisteredTool,
+        ids: (Option<&'a str>, Option<&'a str>),
+        runner: Option<&'a Arc<NestedRunner>>,
+    ) -> impl std::future::Future<Output = CallOutcome> + 'a {
         let (args_hash, provider_id) = ids;
         let site = CallSite {
             parent_call_id: None,
@@ -275,6 +275,6 @@ impl Run<'_> {
             provider_id,
             parent_span: None,
         };
-        self.env().run_call(call, entry, site).await
+        self.env().run_call(call, entry, site)
     }
 }
