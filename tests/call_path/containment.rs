@@ -407,3 +407,97 @@ async fn i10_3_a_panicking_before_tool_in_a_delegated_agent_is_contained_in_its_
     assert!(refusal.contains("mw-delegated-before-tool-48"), "{refusal}");
     assert_eq!(work.runs(), 0, "refused calls do not run");
 }
+
+/// A tool whose `execute_with_context` panics while it builds its future
+/// (a hand-written implementation, not `#[async_trait]`), before anything
+/// is polled.
+struct PanicsWhileBuilding {
+    spec: ToolSpec,
+}
+
+impl Tool for PanicsWhileBuilding {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    fn execute_with_context<'life0, 'life1, 'async_trait>(
+        &'life0 self,
+        _args: Value,
+        _opts: ToolCallOptions,
+        _context: Option<&'life1 ToolRunContext>,
+    ) -> std::pin::Pin<
+        Box<dyn std::future::Future<Output = anyhow::Result<ToolResult>> + Send + 'async_trait>,
+    >
+    where
+        'life0: 'async_trait,
+        'life1: 'async_trait,
+        Self: 'async_trait,
+    {
+        panic!("built-sync-panic-81")
+    }
+}
+
+/// A wrap layer whose `wrap_tool` panics while it builds its future.
+struct WrapPanicsWhileBuilding;
+
+impl ToolMiddleware for WrapPanicsWhileBuilding {
+    fn name(&self) -> &str {
+        "wrap-building-panicker-82"
+    }
+
+    fn wrap_tool<'life0, 'life1, 'life2, 'life3, 'async_trait>(
+        &'life0 self,
+        _ctx: &'life1 ToolCallContext<'life2>,
+        _call: ToolCall,
+        _next: Next<'life3>,
+    ) -> std::pin::Pin<
+        Box<
+            dyn std::future::Future<Output = Result<ToolResult, TinyAgentsError>>
+                + Send
+                + 'async_trait,
+        >,
+    >
+    where
+        'life0: 'async_trait,
+        'life1: 'async_trait,
+        'life2: 'async_trait,
+        'life3: 'async_trait,
+        Self: 'async_trait,
+    {
+        panic!("wrap-sync-panic")
+    }
+}
+
+/// Issue 32 (the onion built before it is awaited): a tool or a wrap layer
+/// that panics while building its future, not while it runs, is contained
+/// the same way on every origin: the call fails naming the tool or the
+/// layer, every start has one terminal event, the run ends.
+#[tokio::test]
+async fn i32_a_tool_or_a_layer_panicking_while_it_builds_its_future_is_contained_on_every_origin() {
+    for origin in [Origin::Model, Origin::Nested] {
+        let tool: Arc<dyn Tool> = Arc::new(PanicsWhileBuilding {
+            spec: crate::spec("builds_badly"),
+        });
+        let built = harness(
+            one_turn(&[origin.call("builds_badly", json!({}))]),
+            vec![tool],
+            |b| b.include_detailed_errors(true),
+        );
+        let result = contained(&built, "built-sync-panic-81").await;
+        assert_eq!(result.unwrap().status, RunStatus::Completed, "{origin:?}");
+
+        let work = work();
+        let wrapped = harness(
+            one_turn(&[origin.call("work", json!({}))]),
+            vec![t(&work)],
+            |b| b.tool_middleware(Arc::new(WrapPanicsWhileBuilding)),
+        );
+        let result = contained(&wrapped, "wrap-building-panicker-82").await;
+        assert_eq!(result.unwrap().status, RunStatus::Completed, "{origin:?}");
+        assert_eq!(
+            work.runs(),
+            0,
+            "{origin:?}: the layer never called the tool"
+        );
+    }
+}
