@@ -177,14 +177,16 @@ impl<'e> CallEnv<'e> {
         'e: 'a,
     {
         let id = call.id.clone();
-        let execution = self.execute_call(call, entry, site);
-        async move {
-            let outcome = execution.await;
-            self.path
-                .record(self.ctx, self.events, &id, entry.spec(), &outcome)
-                .await;
-            outcome
-        }
+        // `then` keeps the execution and the row's write in one slot, one
+        // after the other (an `async` block would keep the execution twice:
+        // as its capture and as what it awaits).
+        self.execute_call(call, entry, site)
+            .then(move |outcome| async move {
+                self.path
+                    .record(self.ctx, self.events, &id, entry.spec(), &outcome)
+                    .await;
+                outcome
+            })
     }
 
     fn tool_context(&self, call_id: &CallId) -> ToolRunContext {
