@@ -23,6 +23,7 @@ mod key;
 mod limits;
 mod message;
 mod model;
+mod source;
 mod sync;
 mod tracker;
 
@@ -41,6 +42,7 @@ pub use model::{
     ChatModel, ChatRequest, ChatResponse, DeltaSink, ModelDelta, ModelError, ModelOptions,
     OutputSchema, ToolDefinition, shared_model,
 };
+pub use source::{ErrorSource, error_chain};
 pub use tracker::{BudgetCounts, LimitTracker};
 
 /// Re-exported so tools and models can share the cancellation token type.

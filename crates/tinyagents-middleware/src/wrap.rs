@@ -6,7 +6,7 @@ use std::sync::Arc;
 use futures_util::FutureExt;
 
 use async_trait::async_trait;
-use tinyagents_core::{CallId, RunContext, TinyAgentsError, ToolCall, ToolResult};
+use tinyagents_core::{CallId, RunContext, TinyAgentsError, ToolCall, ToolResult, error_chain};
 use tinytools::{Tool, ToolCallOptions, ToolRunContext, ToolSpec};
 
 /// What a wrap layer knows about the call it wraps.
@@ -170,12 +170,16 @@ async fn invoke(
                     tool: call.name,
                 },
                 None if ctx.detailed_errors => {
-                    TinyAgentsError::tool_failed(call.name, format!("{error:#}"))
+                    TinyAgentsError::tool_failed(call.name, error_chain(error.as_ref()))
                 }
                 // The model reads that it failed; the host keeps the text.
                 None => {
                     let withheld = withheld(&call.name);
-                    TinyAgentsError::tool_failed_withheld(call.name, withheld, format!("{error:#}"))
+                    TinyAgentsError::tool_failed_withheld(
+                        call.name,
+                        withheld,
+                        error_chain(error.as_ref()),
+                    )
                 }
             }
         })

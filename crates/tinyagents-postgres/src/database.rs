@@ -142,6 +142,7 @@ impl PgDatabase {
         let mut config =
             tokio_postgres::Config::from_str(&options.url).map_err(|e| PgError::Url {
                 detail: e.to_string(),
+                source: Some(e.into()),
             })?;
         config.connect_timeout(options.connect_timeout);
         // Every connection: durable commits whatever the server's default,
@@ -180,6 +181,7 @@ impl PgDatabase {
             .build()
             .map_err(|e| PgError::Url {
                 detail: e.to_string(),
+                source: Some(e.into()),
             })?;
         let database = Self {
             pool,

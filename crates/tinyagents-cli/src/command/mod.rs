@@ -88,7 +88,7 @@ pub(crate) async fn dispatch(cli: Cli) -> u8 {
                 eprintln!("error: {file}");
                 return exit::USAGE;
             }
-            eprintln!("error: {error:#}");
+            eprintln!("error: {}", tinyagents::core::error_chain(error.as_ref()));
             if error.downcast_ref::<BadInput>().is_some() {
                 return exit::USAGE;
             }

@@ -141,13 +141,14 @@ impl AgentHarness {
         };
         match guarded("begin_run", ledger.begin_run(run_id)).await {
             Ok(()) => Ok(()),
-            Err(exists @ LedgerError::RunExists { .. }) => {
-                Err(TinyAgentsError::State(exists.to_string()))
-            }
+            Err(exists @ LedgerError::RunExists { .. }) => Err(TinyAgentsError::Ledger {
+                source: exists.into(),
+            }),
             Err(failure) => match self.ledger_failure {
-                LedgerFailure::Abort => Err(TinyAgentsError::State(format!(
-                    "the effect ledger could not claim run {run_id}, so it was not started: {failure}"
-                ))),
+                LedgerFailure::Abort => Err(TinyAgentsError::LedgerClaim {
+                    run: run_id.clone(),
+                    source: failure.into(),
+                }),
                 LedgerFailure::Continue => Ok(()),
             },
         }
@@ -321,7 +322,9 @@ impl<'h> Run<'h> {
 
 /// A ledger failure as the error of a harness operation.
 pub(crate) fn state_error(error: LedgerError) -> TinyAgentsError {
-    TinyAgentsError::State(error.to_string())
+    TinyAgentsError::Ledger {
+        source: error.into(),
+    }
 }
 
 /// Awaits a ledger operation, containing a panic in the backend (host code,
@@ -340,6 +343,7 @@ pub(crate) async fn guarded<T>(
                 "the ledger panicked: {}",
                 crate::call::panic_text(panic.as_ref())
             ),
+            source: None,
         }),
     }
 }

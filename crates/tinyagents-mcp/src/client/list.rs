@@ -77,6 +77,7 @@ pub(crate) async fn list(
             server: server.name.clone(),
             during: "listing its tools",
             message,
+            source: None,
         })?;
     let mut registry = ToolRegistry::new();
     let mut tools = Vec::with_capacity(listed.len());

@@ -38,6 +38,7 @@ pub(crate) fn storage(operation: &'static str, detail: impl ToString) -> LedgerE
     LedgerError::Storage {
         operation,
         detail: detail.to_string(),
+        source: None,
     }
 }
 
