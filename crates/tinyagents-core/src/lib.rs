@@ -10,6 +10,7 @@
 //! registry (`tinytools`), nor a model provider (`tinyagents-models`). It
 //! has no async runtime of its own.
 
+mod backoff;
 mod call;
 mod context;
 mod depth;
@@ -27,6 +28,7 @@ mod source;
 mod sync;
 mod tracker;
 
+pub use backoff::exponential_backoff;
 pub use call::{ModelToolCall, ToolCall, ToolControl, ToolReplay, ToolResult};
 pub use context::{PayloadCapture, RunContext, State};
 pub use depth::{MAX_ARGUMENT_DEPTH, nesting, nests_deeper_than, text_nesting};
