@@ -17,7 +17,6 @@
 //! version, not pinned):
 //!
 //! - tmux, which the command line's live-view tests drive;
-//! - openssl, with which the PostgreSQL TLS tests make a throwaway CA;
 //! - Chromium (`chromium`, at `/usr/bin/chromium`), the browser the web
 //!   console's tests drive;
 //! - PostgreSQL's server (`postgresql`), whose `initdb` and `pg_ctl` the
@@ -214,16 +213,6 @@ pub(crate) fn ensure_tmux() -> Result<(), String> {
     ensure_program("tmux", "-V", "the live-view tests need tmux")
 }
 
-/// `openssl`, with which the PostgreSQL TLS tests make a throwaway CA:
-/// Debian's package when it is missing.
-pub(crate) fn ensure_openssl() -> Result<(), String> {
-    ensure_program(
-        "openssl",
-        "version",
-        "the PostgreSQL TLS tests make their certificates with openssl",
-    )
-}
-
 /// Chromium at `/usr/bin/chromium`, which the web console's tests drive
 /// (headless, through `playwright-core`): Debian's `chromium` package when
 /// it is missing.
@@ -406,6 +395,5 @@ pub(crate) fn ensure_all() -> Result<(), String> {
     ensure_browser_driver()?;
     ensure_tmux()?;
     ensure_chromium()?;
-    ensure_openssl()?;
     ensure_postgres()
 }
