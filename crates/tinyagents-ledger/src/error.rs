@@ -276,6 +276,7 @@ impl LedgerError {
 
     /// A storage error of `operation` that `error` caused: its text is the
     /// detail, and it is the source.
+    #[cfg(feature = "sqlite")]
     pub(crate) fn storage_error(
         operation: &'static str,
         error: impl std::error::Error + Send + Sync + 'static,

@@ -33,6 +33,10 @@ pub enum PgError {
         target: String,
         /// What failed.
         detail: String,
+        /// The client's or the pool's error (`detail` already says it),
+        /// when one was met.
+        #[source]
+        source: Option<ErrorSource>,
     },
     /// No connection of the pool became free in time.
     #[error(
@@ -155,10 +159,14 @@ impl From<PgError> for LedgerError {
                 found,
                 supported,
             },
-            PgError::Unreachable { target, detail } => LedgerError::Open {
+            PgError::Unreachable {
+                target,
+                detail,
+                source,
+            } => LedgerError::Open {
                 path: target.into(),
                 detail,
-                source: None,
+                source,
             },
             other => LedgerError::Storage {
                 operation: "postgres",

@@ -83,7 +83,7 @@ impl PostgresSessionStore {
     /// A failed statement: the server gone, or the statement refused.
     fn failed(&self, operation: &'static str, err: tokio_postgres::Error) -> SessionError {
         if err.is_closed() {
-            self.db.unreachable(&err).into()
+            self.db.unreachable(err).into()
         } else if is_read_only(&err) {
             PgError::ReadOnly {
                 target: self.db.target().to_owned(),
