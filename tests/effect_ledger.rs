@@ -314,10 +314,15 @@ async fn i11_2b_a_new_run_under_an_existing_run_id_is_refused_not_answered_from_
         .await
         .unwrap_err();
     assert_eq!(
-        error,
-        TinyAgentsError::State(
-            "run payroll already exists in the effect ledger: a new run needs a new id; resume or recover it instead".into()
-        )
+        error.to_string(),
+        "state error: run payroll already exists in the effect ledger: a new run needs a new id; resume or recover it instead"
+    );
+    assert!(
+        matches!(&error, TinyAgentsError::Ledger { source } if matches!(
+            source.downcast_ref::<tinyagents::ledger::LedgerError>(),
+            Some(tinyagents::ledger::LedgerError::RunExists { .. })
+        )),
+        "{error:?}"
     );
     assert_eq!(echo.calls.load(Ordering::SeqCst), 1, "nothing ran again");
     // An unfinished run's id is refused too.
@@ -337,7 +342,9 @@ async fn i11_2b_a_new_run_under_an_existing_run_id_is_refused_not_answered_from_
         .await
         .unwrap_err();
     assert!(
-        matches!(error, TinyAgentsError::State(ref t) if t.starts_with("run seeded already exists")),
+        error
+            .to_string()
+            .starts_with("state error: run seeded already exists"),
         "{error:?}"
     );
 }

@@ -28,6 +28,7 @@ pub enum LedgerWrite<'a> {
 }
 
 /// What the hook makes of a write.
+#[derive(Debug)]
 pub enum Verdict {
     /// Write it.
     Pass,
@@ -43,6 +44,14 @@ type Hook = dyn Fn(LedgerWrite<'_>) -> Verdict + Send + Sync;
 pub struct HookedLedger {
     inner: MemoryLedger,
     hook: Arc<Hook>,
+}
+
+impl std::fmt::Debug for HookedLedger {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HookedLedger")
+            .field("inner", &self.inner)
+            .finish_non_exhaustive()
+    }
 }
 
 impl HookedLedger {

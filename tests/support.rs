@@ -178,7 +178,7 @@ pub fn tool_results(messages: &[Message]) -> Vec<(String, String, bool)> {
         .collect()
 }
 
-#[derive(serde::Deserialize, schemars::JsonSchema)]
+#[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
 pub struct AddArgs {
     pub a: i64,
     pub b: i64,
@@ -194,6 +194,7 @@ pub fn add_tool() -> impl Tool {
 
 /// A tool whose behaviour the test scripts, counting how many of its calls
 /// run at once.
+#[derive(Debug)]
 pub struct ProbeTool {
     spec: ToolSpec,
     pub active: AtomicUsize,
@@ -204,7 +205,7 @@ pub struct ProbeTool {
 }
 
 /// What a [`ProbeTool`] does.
-#[derive(Clone)]
+#[derive(Debug, Clone)]
 pub enum Behaviour {
     /// Answers `ok` after yielding `yields` times.
     Yield(usize),
@@ -232,7 +233,7 @@ pub enum Behaviour {
 pub mod parking_lot_free {
     use std::sync::Mutex;
 
-    #[derive(Default)]
+    #[derive(Debug, Default)]
     pub struct Log(Mutex<Vec<String>>);
 
     impl Log {
@@ -264,9 +265,7 @@ impl ProbeTool {
     }
 
     pub fn with_spec(self: Arc<Self>, f: impl FnOnce(ToolSpec) -> ToolSpec) -> Arc<Self> {
-        let mut inner = Arc::try_unwrap(self)
-            .ok()
-            .expect("configure before sharing");
+        let mut inner = Arc::try_unwrap(self).expect("configure before sharing");
         inner.spec = f(inner.spec);
         Arc::new(inner)
     }
@@ -378,6 +377,7 @@ pub fn events_text(events: &[AgentEvent]) -> String {
 /// A model that answers `answer N to: <query>`, N counting the user turns
 /// it has read: a conversation that continues shows it (the MCP tests'
 /// served agent, here and in the `mcp-test-server` binary).
+#[derive(Debug)]
 pub struct CountingModel;
 
 #[tinyagents::async_trait]

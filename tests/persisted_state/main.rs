@@ -9,12 +9,15 @@
 //! - `wrapping`: how deep each persisted form wraps a call's arguments,
 //!   measured, against [`MAX_ARGUMENT_DEPTH`](tinyagents::core::MAX_ARGUMENT_DEPTH);
 //! - `provider`: the same edge through the OpenAI-compatible client
-//!   against a loopback server.
+//!   against a loopback server;
+//! - `sources`: issue 32, an error caused by another (the ledger's, the
+//!   decoder's, SQLite's, the registry's) keeps it as its `source()`.
 #![allow(missing_docs, clippy::unwrap_used, clippy::expect_used)]
 
 mod depth;
 mod provider;
 mod sealing;
+mod sources;
 mod wrapping;
 
 use std::sync::{Arc, Mutex};

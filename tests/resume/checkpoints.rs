@@ -45,6 +45,7 @@ impl Recorder {
                     return Verdict::Fail(LedgerError::Storage {
                         operation: "append_checkpoint",
                         detail: "disk full".to_owned(),
+                        source: None,
                     });
                 }
                 log.lock().unwrap().push(Write::Entry(bytes));

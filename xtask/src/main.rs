@@ -432,7 +432,6 @@ fn ci_steps() -> Vec<Step> {
                 peers::ensure_browser_driver,
                 peers::ensure_tmux,
                 peers::ensure_chromium,
-                peers::ensure_openssl,
                 peers::ensure_postgres,
             ],
             tools: vec![Tool {

@@ -17,7 +17,6 @@
 //! version, not pinned):
 //!
 //! - tmux, which the command line's live-view tests drive;
-//! - openssl, with which the PostgreSQL TLS tests make a throwaway CA;
 //! - Chromium (`chromium`, at `/usr/bin/chromium`), the browser the web
 //!   console's tests drive;
 //! - PostgreSQL's server (`postgresql`), whose `initdb` and `pg_ctl` the
@@ -217,16 +216,6 @@ pub(crate) fn ensure_tmux() -> Result<(), String> {
     ensure_program("tmux", "-V", "the live-view tests need tmux")
 }
 
-/// `openssl`, with which the PostgreSQL TLS tests make a throwaway CA:
-/// Debian's package when it is missing.
-pub(crate) fn ensure_openssl() -> Result<(), String> {
-    ensure_program(
-        "openssl",
-        "version",
-        "the PostgreSQL TLS tests make their certificates with openssl",
-    )
-}
-
 /// valgrind, with which the instruction gate counts (callgrind, memcheck):
 /// Debian's package when `valgrind --version` does not run. Nothing to do
 /// when `VALGRIND` names another binary (`bench --instructions` runs that
@@ -424,7 +413,6 @@ pub(crate) fn ensure_all() -> Result<(), String> {
     ensure_browser_driver()?;
     ensure_tmux()?;
     ensure_chromium()?;
-    ensure_openssl()?;
     ensure_postgres()?;
     ensure_valgrind()
 }

@@ -21,7 +21,7 @@ pub(crate) fn failure(
     log: &Path,
     error: &anyhow::Error,
 ) -> anyhow::Error {
-    let cause = format!("{error:#}");
+    let cause = tinyagents::core::error_chain(error.as_ref());
     let cause = cause
         .strip_prefix(&format!("MCP server '{name}': "))
         .unwrap_or(&cause);

@@ -197,7 +197,7 @@ impl Stores {
                 let shown = shown_url(url);
                 let db = PgDatabase::connect(url).await.map_err(|error| {
                     if matches!(error, PgError::Url { .. }) {
-                        anyhow::Error::new(crate::command::BadInput(format!("--db: {error}")))
+                        crate::command::BadInput::caused(format!("--db: {error}"), error)
                     } else {
                         anyhow::Error::new(error).context(format!("connecting to {shown}"))
                     }

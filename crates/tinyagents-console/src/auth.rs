@@ -117,7 +117,7 @@ impl Guard {
 /// A new token: 32 random bytes, hex.
 pub(crate) fn new_token() -> Result<String, ConsoleError> {
     let mut bytes = [0u8; 32];
-    getrandom::fill(&mut bytes).map_err(|e| ConsoleError::Random(e.to_string()))?;
+    getrandom::fill(&mut bytes).map_err(|e| ConsoleError::Random(e.into()))?;
     Ok(tinyagents_core::hex::encode(&bytes))
 }
 

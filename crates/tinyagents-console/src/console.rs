@@ -68,7 +68,7 @@ pub enum ConsoleError {
     },
     /// The operating system gave no random bytes for a token.
     #[error("no random bytes for the console token: {0}")]
-    Random(String),
+    Random(#[source] tinyagents_core::ErrorSource),
     /// Serving failed.
     #[error("the console could not serve on {addr}: {source}")]
     Serve {

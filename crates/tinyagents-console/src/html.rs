@@ -1,6 +1,6 @@
 //! Writing HTML: escaping, and the frame every page shares.
 
-use std::fmt::Write as _;
+use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 
 /// `text` made safe inside HTML text and quoted attributes.
 pub(crate) fn esc(text: &str) -> String {
@@ -23,17 +23,17 @@ pub(crate) fn push_esc(out: &mut String, text: &str) {
     }
 }
 
+/// What [`url_part`] escapes: everything but RFC 3986's unreserved
+/// characters.
+const URL_PART: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'_')
+    .remove(b'.')
+    .remove(b'~');
+
 /// `text` made safe as one part of a URL path or query.
 pub(crate) fn url_part(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for b in text.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
-            out.push(char::from(b));
-        } else {
-            let _ = write!(out, "%{b:02X}");
-        }
-    }
-    out
+    utf8_percent_encode(text, URL_PART).to_string()
 }
 
 /// What the frame of a page shows around its body.

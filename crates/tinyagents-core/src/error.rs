@@ -1,7 +1,11 @@
 //! The error type of the framework.
 
+use std::fmt;
+
+use crate::ids::RunId;
 use crate::limits::LimitKind;
 use crate::model::ModelError;
+use crate::source::ErrorSource;
 
 /// An error of the framework. Each variant carries structured fields, so a
 /// host can act on them without parsing text.
@@ -124,6 +128,80 @@ pub enum TinyAgentsError {
     /// Persisted state could not be read back.
     #[error("state error: {0}")]
     State(String),
+    /// A tool could not be registered (its name is taken or malformed, its
+    /// schema does not compile); `source` is the registry's error. Displays
+    /// like [`Config`](Self::Config).
+    #[error("configuration error: {source}")]
+    ToolRegistration {
+        /// The registry's error.
+        #[source]
+        source: ErrorSource,
+    },
+    /// The effect ledger refused or failed an operation the run needed: a
+    /// run id it knows already (a new run needs a new id), a row or a
+    /// checkpoint it could not read. `source` is the ledger's error.
+    /// Displays like [`State`](Self::State).
+    #[error("state error: {source}")]
+    Ledger {
+        /// The ledger's error.
+        #[source]
+        source: ErrorSource,
+    },
+    /// The effect ledger failed (it did not refuse) to claim a new run, so
+    /// the run was not started.
+    #[error(
+        "state error: the effect ledger could not claim run {run}, so it was not started: {source}"
+    )]
+    LedgerClaim {
+        /// The run.
+        run: RunId,
+        /// The ledger's error.
+        #[source]
+        source: ErrorSource,
+    },
+    /// A run's checkpoint in the effect ledger does not decode: its base, or
+    /// the `entry`th entry appended after it (counted from 1).
+    #[error("state error: checkpoint of run {run} cannot be read: {}{source}", EntryPrefix(*entry))]
+    CheckpointUnreadable {
+        /// The run.
+        run: RunId,
+        /// The entry after the base that does not decode; `None`: the base.
+        entry: Option<usize>,
+        /// The decoder's error.
+        #[source]
+        source: ErrorSource,
+    },
+    /// A suspended run could not be sealed: it does not serialise.
+    #[error("state error: suspended run {run} cannot be sealed: it does not serialise: {source}")]
+    SealEncode {
+        /// The run.
+        run: RunId,
+        /// The encoder's error.
+        #[source]
+        source: ErrorSource,
+    },
+    /// A sealed run's MAC checks out but its payload does not decode as a
+    /// suspended run (it was sealed by another version).
+    #[error(
+        "state error: sealed run's MAC checks out but its payload is not a suspended run: {source}"
+    )]
+    SealedPayload {
+        /// The decoder's error.
+        #[source]
+        source: ErrorSource,
+    },
+}
+
+/// `entry N after the base: ` for an appended entry, nothing for the base.
+struct EntryPrefix(Option<usize>);
+
+impl fmt::Display for EntryPrefix {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            Some(n) => write!(f, "entry {n} after the base: "),
+            None => Ok(()),
+        }
+    }
 }
 
 impl TinyAgentsError {
@@ -180,8 +258,13 @@ impl TinyAgentsError {
             Self::NestedRefusalCap { .. } => "nested_refusal_cap",
             Self::Model(error) => error.error_type(),
             Self::Denied { .. } => "denied",
-            Self::Config(_) => "config",
-            Self::State(_) => "state",
+            Self::Config(_) | Self::ToolRegistration { .. } => "config",
+            Self::State(_)
+            | Self::Ledger { .. }
+            | Self::LedgerClaim { .. }
+            | Self::CheckpointUnreadable { .. }
+            | Self::SealEncode { .. }
+            | Self::SealedPayload { .. } => "state",
         }
     }
 }

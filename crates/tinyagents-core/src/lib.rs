@@ -10,6 +10,7 @@
 //! registry (`tinytools`), nor a model provider (`tinyagents-models`). It
 //! has no async runtime of its own.
 
+mod backoff;
 mod call;
 mod context;
 mod depth;
@@ -23,9 +24,11 @@ mod key;
 mod limits;
 mod message;
 mod model;
+mod source;
 mod sync;
 mod tracker;
 
+pub use backoff::exponential_backoff;
 pub use call::{ModelToolCall, ToolCall, ToolControl, ToolReplay, ToolResult};
 pub use context::{PayloadCapture, RunContext, State};
 pub use depth::{MAX_ARGUMENT_DEPTH, nesting, nests_deeper_than, text_nesting};
@@ -41,6 +44,7 @@ pub use model::{
     ChatModel, ChatRequest, ChatResponse, DeltaSink, ModelDelta, ModelError, ModelOptions,
     OutputSchema, ToolDefinition, shared_model,
 };
+pub use source::{ErrorSource, error_chain};
 pub use tracker::{BudgetCounts, LimitTracker};
 
 /// Re-exported so tools and models can share the cancellation token type.

@@ -159,13 +159,13 @@ impl AgentHarnessBuilder {
     ///
     /// # Errors
     ///
-    /// [`TinyAgentsError::Config`] at once when the tool cannot be
+    /// [`TinyAgentsError::ToolRegistration`] at once when the tool cannot be
     /// registered (its name is taken or malformed, its schema does not
     /// compile); the builder is unchanged.
     pub fn register(&mut self, tool: Arc<dyn Tool>) -> Result<&mut Self, TinyAgentsError> {
         self.tools
             .register(tool)
-            .map_err(|e| TinyAgentsError::Config(e.to_string()))?;
+            .map_err(|e| TinyAgentsError::ToolRegistration { source: e.into() })?;
         Ok(self)
     }
 
@@ -462,7 +462,7 @@ mod tests {
         let mut builder = builder().tool(echo("a"));
         assert!(matches!(
             builder.register(Arc::new(echo("a"))),
-            Err(TinyAgentsError::Config(_))
+            Err(TinyAgentsError::ToolRegistration { .. })
         ));
         assert!(builder.build().is_ok(), "an immediate error is not kept");
     }

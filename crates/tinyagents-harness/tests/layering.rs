@@ -5,6 +5,8 @@
 //! `crate::<module>` path outside comments must be one the importing
 //! room may use.
 
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
 use std::collections::BTreeSet;
 use std::fs;
 use std::path::{Path, PathBuf};

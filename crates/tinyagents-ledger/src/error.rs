@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use tinyagents_core::{CallId, RunId};
+use tinyagents_core::{CallId, ErrorSource, RunId};
 
 use crate::resolution::{Effect, ResolvedBy};
 use crate::row::CallStatus;
@@ -49,6 +49,10 @@ pub enum LedgerError {
         path: PathBuf,
         /// What the storage engine or the operating system said.
         detail: String,
+        /// The storage engine's or the operating system's error, when one
+        /// was met (`detail` already says it).
+        #[source]
+        source: Option<ErrorSource>,
     },
     /// The file exists but its content is damaged (not a database at all, or
     /// a database whose pages fail the integrity check).
@@ -58,6 +62,10 @@ pub enum LedgerError {
         path: PathBuf,
         /// What is damaged.
         detail: String,
+        /// The storage engine's error, when it is what found the damage
+        /// (`detail` already says it).
+        #[source]
+        source: Option<ErrorSource>,
     },
     /// The file is a readable database but not an effect ledger (another
     /// application's database, or an empty file). It is never overwritten.
@@ -96,6 +104,10 @@ pub enum LedgerError {
         operation: &'static str,
         /// What the storage engine said.
         detail: String,
+        /// The storage engine's (or decoder's) error, when one was met
+        /// (`detail` already says it).
+        #[source]
+        source: Option<ErrorSource>,
     },
     /// The ledger has been shut down, or its writer stopped.
     #[error("effect ledger is closed: {detail}")]
@@ -253,11 +265,26 @@ pub enum LedgerError {
 }
 
 impl LedgerError {
-    /// A storage error of `operation`.
-    pub(crate) fn storage(operation: &'static str, detail: impl ToString) -> Self {
+    /// A storage error of `operation`, said in words only.
+    pub(crate) fn storage(operation: &'static str, detail: impl Into<String>) -> Self {
         Self::Storage {
             operation,
-            detail: detail.to_string(),
+            detail: detail.into(),
+            source: None,
+        }
+    }
+
+    /// A storage error of `operation` that `error` caused: its text is the
+    /// detail, and it is the source.
+    #[cfg(feature = "sqlite")]
+    pub(crate) fn storage_error(
+        operation: &'static str,
+        error: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        Self::Storage {
+            operation,
+            detail: error.to_string(),
+            source: Some(ErrorSource::new(error)),
         }
     }
 }

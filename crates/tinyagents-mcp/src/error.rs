@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use tinyagents_core::ErrorSource;
 use tinytools::RegistryError;
 
 /// An MCP connection or server failure. Calls of MCP tools fail through the
@@ -28,6 +29,9 @@ pub enum McpError {
         during: &'static str,
         /// What went wrong.
         message: String,
+        /// The error underneath (`message` already says it), when one was met.
+        #[source]
+        source: Option<ErrorSource>,
     },
     /// The server did not answer in time.
     #[error("MCP server '{server}' did not answer within {timeout:?} while {during}")]
@@ -62,6 +66,9 @@ pub enum McpError {
         server: String,
         /// What went wrong.
         message: String,
+        /// The error underneath (`message` already says it), when one was met.
+        #[source]
+        source: Option<ErrorSource>,
     },
     /// A locked server's tools differ from its lock: each difference (a
     /// changed definition, naming what changed; a tool the lock does not
@@ -83,5 +90,8 @@ pub enum McpError {
         path: String,
         /// What is wrong.
         problem: String,
+        /// The error underneath (`problem` already says it), when one was met.
+        #[source]
+        source: Option<ErrorSource>,
     },
 }

@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use tinyagents_core::{TinyAgentsError, ToolCall, ToolReplay, ToolResult};
+use tinyagents_core::{TinyAgentsError, ToolCall, ToolReplay, ToolResult, exponential_backoff};
 
 use crate::wrap::{Next, ToolCallContext, ToolMiddleware};
 
@@ -41,10 +41,7 @@ impl RetryWrap {
 
     /// The wait after failed attempt `attempt` (0-based).
     pub fn backoff(&self, attempt: u32) -> Duration {
-        let factor = 1u32.checked_shl(attempt.min(31)).unwrap_or(u32::MAX);
-        self.initial_backoff
-            .saturating_mul(factor)
-            .min(self.max_backoff)
+        exponential_backoff(self.initial_backoff, self.max_backoff, attempt)
     }
 
     fn retryable(error: &TinyAgentsError) -> bool {

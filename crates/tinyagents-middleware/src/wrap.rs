@@ -7,7 +7,7 @@ use std::sync::Arc;
 use futures_util::FutureExt;
 
 use async_trait::async_trait;
-use tinyagents_core::{CallId, RunContext, TinyAgentsError, ToolCall, ToolResult};
+use tinyagents_core::{CallId, RunContext, TinyAgentsError, ToolCall, ToolResult, error_chain};
 use tinytools::{Tool, ToolCallOptions, ToolRunContext, ToolSpec};
 
 /// What a wrap layer knows about the call it wraps.
@@ -191,13 +191,13 @@ fn tool_error(ctx: &ToolCallContext<'_>, error: &anyhow::Error) -> TinyAgentsErr
             tool: ctx.spec.name.clone(),
         },
         None if ctx.detailed_errors => {
-            TinyAgentsError::tool_failed(ctx.spec.name.clone(), format!("{error:#}"))
+            TinyAgentsError::tool_failed(ctx.spec.name.clone(), error_chain(error.as_ref()))
         }
         // The model reads that it failed; the host keeps the text.
         None => {
             let withheld = withheld(&ctx.spec.name);
             let name = ctx.spec.name.clone();
-            TinyAgentsError::tool_failed_withheld(name, withheld, format!("{error:#}"))
+            TinyAgentsError::tool_failed_withheld(name, withheld, error_chain(error.as_ref()))
         }
     }
 }

@@ -103,7 +103,10 @@ impl Http {
             .connect_timeout(options.connect_timeout)
             .build()
             .map_err(|e| ModelError::InvalidRequest {
-                message: format!("cannot build the HTTP client: {}", chain(&e)),
+                message: format!(
+                    "cannot build the HTTP client: {}",
+                    tinyagents_core::error_chain(&e)
+                ),
             })?;
         Ok(Self {
             client,
@@ -253,23 +256,8 @@ fn too_large(cap: usize) -> ModelError {
 
 fn transport(error: reqwest::Error) -> Failure {
     Failure::from(ModelError::Transport {
-        message: chain(&error.without_url()),
+        message: tinyagents_core::error_chain(&error.without_url()),
     })
-}
-
-/// An error's message with its sources, `a: b: c`.
-fn chain(error: &dyn std::error::Error) -> String {
-    let mut message = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        let text = cause.to_string();
-        if !message.contains(&text) {
-            message.push_str(": ");
-            message.push_str(&text);
-        }
-        source = cause.source();
-    }
-    message
 }
 
 /// [`tls_client_config`](crate::tls_client_config), as a provider error.

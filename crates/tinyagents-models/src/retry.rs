@@ -4,6 +4,8 @@
 use std::hash::{BuildHasher, Hasher};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use tinyagents_core::exponential_backoff;
+
 #[cfg(any(feature = "openai", feature = "anthropic"))]
 use reqwest::header::HeaderMap;
 
@@ -90,12 +92,7 @@ impl RetryPolicy {
         if let Some(wait) = retry_after {
             return (wait <= self.max_retry_after).then_some(wait);
         }
-        let factor = 1u32.checked_shl(retry.min(31)).unwrap_or(u32::MAX);
-        let backoff = self
-            .initial_backoff
-            .checked_mul(factor)
-            .unwrap_or(self.max_backoff)
-            .min(self.max_backoff);
+        let backoff = exponential_backoff(self.initial_backoff, self.max_backoff, retry);
         if !self.jitter {
             return Some(backoff);
         }
@@ -149,9 +146,13 @@ fn retry_after_named(headers: &HeaderMap, prefix: &str) -> Option<Duration> {
     if let Ok(secs) = value.parse::<f64>() {
         return seconds(secs);
     }
-    let at = parse_http_date(value)?;
-    let now = SystemTime::now().duration_since(UNIX_EPOCH).ok()?.as_secs();
-    Some(Duration::from_secs(at.saturating_sub(now)))
+    // An HTTP date in any of the three forms HTTP recipients accept; one
+    // already past asks for no wait.
+    let at = httpdate::parse_http_date(value).ok()?;
+    Some(
+        at.duration_since(SystemTime::now())
+            .unwrap_or(Duration::ZERO),
+    )
 }
 
 #[cfg(any(feature = "openai", feature = "anthropic"))]
@@ -164,56 +165,6 @@ fn seconds(secs: f64) -> Option<Duration> {
     (secs.is_finite() && secs >= 0.0)
         .then(|| Duration::try_from_secs_f64(secs.min(1e9)).ok())
         .flatten()
-}
-
-#[cfg(any(feature = "openai", feature = "anthropic"))]
-/// Seconds since the epoch of an IMF-fixdate (`Sun, 06 Nov 1994 08:49:37 GMT`),
-/// the form HTTP requires senders to use.
-fn parse_http_date(value: &str) -> Option<u64> {
-    let mut parts = value.split_whitespace();
-    let _weekday = parts.next()?;
-    let day: u64 = parts.next()?.parse().ok()?;
-    let month = match parts.next()? {
-        "Jan" => 1,
-        "Feb" => 2,
-        "Mar" => 3,
-        "Apr" => 4,
-        "May" => 5,
-        "Jun" => 6,
-        "Jul" => 7,
-        "Aug" => 8,
-        "Sep" => 9,
-        "Oct" => 10,
-        "Nov" => 11,
-        "Dec" => 12,
-        _ => return None,
-    };
-    let year: u64 = parts.next()?.parse().ok()?;
-    let mut hms = parts.next()?.split(':').map(|p| p.parse::<u64>().ok());
-    let (h, m, s) = (hms.next()??, hms.next()??, hms.next()??);
-    if parts.next()? != "GMT"
-        || !(1..=31).contains(&day)
-        || !(1970..=9999).contains(&year)
-        || h > 23
-        || m > 59
-        || s > 60
-    {
-        return None;
-    }
-    Some(days_from_civil(year, month, day) * 86_400 + h * 3600 + m * 60 + s)
-}
-
-#[cfg(any(feature = "openai", feature = "anthropic"))]
-/// Days from 1970-01-01 to a date of the proleptic Gregorian calendar
-/// (Howard Hinnant's algorithm), for years from 1970 on.
-fn days_from_civil(year: u64, month: u64, day: u64) -> u64 {
-    let y = if month <= 2 { year - 1 } else { year };
-    let era = y / 400;
-    let yoe = y - era * 400;
-    let mp = (month + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + day - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    (era * 146_097 + doe).saturating_sub(719_468)
 }
 
 #[cfg(test)]
@@ -264,11 +215,13 @@ mod tests {
             HeaderValue::from_static("Sun, 06 Nov 1994 08:49:37 GMT"),
         );
         assert_eq!(retry_after(&headers), Some(Duration::ZERO));
-        assert_eq!(
-            parse_http_date("Sun, 06 Nov 1994 08:49:37 GMT"),
-            Some(784_111_777)
+        let soon = httpdate::fmt_http_date(SystemTime::now() + Duration::from_secs(30));
+        headers.insert("retry-after", HeaderValue::from_str(&soon).unwrap());
+        let wait = retry_after(&headers).unwrap();
+        assert!(
+            wait <= Duration::from_secs(30) && wait >= Duration::from_secs(28),
+            "{wait:?}"
         );
-        assert_eq!(parse_http_date("Thu, 01 Jan 1970 00:00:00 GMT"), Some(0));
         for junk in [
             "",
             "-1",

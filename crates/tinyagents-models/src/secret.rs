@@ -50,6 +50,7 @@ pub(crate) fn redact_url(url: &str) -> String {
 
 /// The user-info of `url`'s authority, split at its first `:` (user,
 /// password), as written (percent-encoded).
+#[cfg(feature = "http")]
 fn user_info(url: &str) -> Option<(&str, Option<&str>)> {
     let rest = &url[url.find("://")? + 3..];
     let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
@@ -60,52 +61,19 @@ fn user_info(url: &str) -> Option<(&str, Option<&str>)> {
     })
 }
 
-/// Decodes `%XX` escapes (invalid ones are kept as written).
+/// Decodes `%XX` escapes (invalid ones are kept as written; bytes that
+/// are not UTF-8 read as U+FFFD).
+#[cfg(feature = "http")]
 fn percent_decoded(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = |b: u8| char::from(b).to_digit(16);
-        match (
-            bytes[i],
-            bytes.get(i + 1).copied(),
-            bytes.get(i + 2).copied(),
-        ) {
-            (b'%', Some(h), Some(l)) if hex(h).is_some() && hex(l).is_some() => {
-                let value = hex(h).unwrap_or(0) * 16 + hex(l).unwrap_or(0);
-                out.push(u8::try_from(value).unwrap_or(b'?'));
-                i += 3;
-            }
-            (byte, _, _) => {
-                out.push(byte);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
+    percent_encoding::percent_decode_str(text)
+        .decode_utf8_lossy()
+        .into_owned()
 }
 
 /// Standard base64 with padding (how basic credentials travel).
+#[cfg(feature = "http")]
 fn base64(bytes: &[u8]) -> String {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
-    for chunk in bytes.chunks(3) {
-        let b = [
-            chunk[0],
-            *chunk.get(1).unwrap_or(&0),
-            *chunk.get(2).unwrap_or(&0),
-        ];
-        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
-        for (i, shift) in [18u32, 12, 6, 0].into_iter().enumerate() {
-            if i <= chunk.len() {
-                out.push(char::from(ALPHABET[((n >> shift) & 63) as usize]));
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
+    base64::Engine::encode(&base64::engine::general_purpose::STANDARD, bytes)
 }
 
 /// The secrets one client knows, to scrub from what it reports.
@@ -122,6 +90,7 @@ impl Secrets {
     /// The secrets of a client with `api_key`, calling `base_url`, sending
     /// `headers`: the key, the URL's user-info (as written and decoded),
     /// and the values of sensitive headers.
+    #[cfg(feature = "http")]
     pub(crate) fn of(api_key: Option<&str>, base_url: &str, headers: &[(String, String)]) -> Self {
         let mut secrets: Vec<String> = Vec::new();
         secrets.extend(api_key.map(str::to_owned));
@@ -207,6 +176,7 @@ impl Secrets {
 mod tests {
     use super::*;
 
+    #[cfg(feature = "http")]
     #[test]
     fn base64_is_standard() {
         assert_eq!(base64(b"svc:secret"), "c3ZjOnNlY3JldA==");
@@ -234,6 +204,7 @@ mod tests {
         assert_eq!(redact_url("not a url"), "not a url");
     }
 
+    #[cfg(feature = "http")]
     #[test]
     fn every_known_secret_is_scrubbed_however_it_is_written() {
         let headers = vec![

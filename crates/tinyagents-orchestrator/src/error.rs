@@ -42,6 +42,10 @@ pub enum BuildError {
         agent: AgentId,
         /// What went wrong.
         message: String,
+        /// The operating system's error, when one was met (`message`
+        /// already says it).
+        #[source]
+        source: Option<tinyagents_core::ErrorSource>,
     },
     /// The definition names a reducer the orchestrator does not know.
     #[error("agent '{agent}' uses compaction '{name}', which is not registered")]

@@ -342,10 +342,12 @@ impl AgentAsTool {
 fn shown_verbatim(error: &AgentToolError) -> bool {
     match error {
         AgentToolError::ChildStopped { .. } => true,
-        AgentToolError::ChildFailed { source, .. } => !matches!(
-            source,
-            TinyAgentsError::Model(_) | TinyAgentsError::Config(_) | TinyAgentsError::State(_)
-        ),
+        // By kind, so configuration and state errors that carry a source
+        // (`ToolRegistration`, `Ledger`, …) count as what they are.
+        AgentToolError::ChildFailed { source, .. } => {
+            !matches!(source, TinyAgentsError::Model(_))
+                && !matches!(source.error_type(), "config" | "state")
+        }
         _ => false,
     }
 }

@@ -35,6 +35,7 @@ impl WorkspaceResolver for DefinitionWorkspaces {
                 std::fs::canonicalize(dir).map_err(|error| BuildError::Workspace {
                     agent: definition.id.clone(),
                     message: format!("{}: {error}", dir.display()),
+                    source: Some(error.into()),
                 })
             })
             .collect()

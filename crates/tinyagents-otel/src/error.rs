@@ -12,6 +12,10 @@ pub enum OtelError {
         endpoint: String,
         /// What the URL parser said.
         reason: String,
+        /// The error underneath (`reason` already says it), when one was
+        /// met.
+        #[source]
+        source: Option<tinyagents_core::ErrorSource>,
     },
     /// The endpoint's scheme is not one this exporter speaks.
     #[error("OTLP endpoint '{endpoint}' has scheme '{scheme}': {expected}")]
@@ -43,6 +47,10 @@ pub enum OtelError {
         key: String,
         /// What was wrong.
         reason: String,
+        /// The error underneath (`reason` already says it), when one was
+        /// met.
+        #[source]
+        source: Option<tinyagents_core::ErrorSource>,
     },
     /// gRPC export was asked for outside a Tokio runtime.
     #[error(
@@ -61,6 +69,10 @@ pub enum OtelError {
         protocol: &'static str,
         /// What failed.
         reason: String,
+        /// The error underneath (`reason` already says it), when one was
+        /// met.
+        #[source]
+        source: Option<tinyagents_core::ErrorSource>,
     },
     /// `RUST_LOG` is not a filter `install` can read for its log output.
     #[error("RUST_LOG '{value}' is not a filter (target=level,…): {reason}")]
@@ -69,6 +81,10 @@ pub enum OtelError {
         value: String,
         /// What the parser said.
         reason: String,
+        /// The error underneath (`reason` already says it), when one was
+        /// met.
+        #[source]
+        source: Option<tinyagents_core::ErrorSource>,
     },
     /// A global `tracing` subscriber was set before `install`.
     #[error(
@@ -85,5 +101,9 @@ pub enum OtelError {
         endpoint: String,
         /// What the SDK said.
         reason: String,
+        /// The error underneath (`reason` already says it), when one was
+        /// met.
+        #[source]
+        source: Option<tinyagents_core::ErrorSource>,
     },
 }

@@ -10,6 +10,8 @@ use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::trace::SdkTracerProvider;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 
+use tinyagents_core::ErrorSource;
+
 use crate::error::OtelError;
 
 /// How long one export request may take.
@@ -175,10 +177,11 @@ impl Export {
     fn exporter(&self) -> Result<opentelemetry_otlp::SpanExporter, OtelError> {
         self.check()?;
         let headers = self.header_map()?;
-        let failed = |reason: String| OtelError::Exporter {
+        let failed = |reason: String, source: Option<ErrorSource>| OtelError::Exporter {
             endpoint: self.endpoint.clone(),
             protocol: self.protocol.as_str(),
             reason,
+            source,
         };
         let builder = opentelemetry_otlp::SpanExporter::builder();
         let built = match self.protocol {
@@ -193,7 +196,7 @@ impl Export {
                     .with_endpoint(&self.endpoint)
                     .with_timeout(EXPORT_TIMEOUT)
                     .with_headers(headers)
-                    .with_http_client(http_client().map_err(failed)?)
+                    .with_http_client(http_client().map_err(|reason| failed(reason, None))?)
                     .build()
             }
             Protocol::Grpc => {
@@ -212,7 +215,7 @@ impl Export {
                     .build()
             }
         };
-        built.map_err(|e| failed(e.to_string()))
+        built.map_err(|e| failed(e.to_string(), Some(ErrorSource::new(e))))
     }
 
     /// The endpoint is an absolute `http`/`https` URL with a host, and the
@@ -224,11 +227,13 @@ impl Export {
                 protocol: protocol.clone(),
             });
         }
-        let invalid = |reason: String| OtelError::InvalidEndpoint {
+        let invalid = |reason: String, source: Option<ErrorSource>| OtelError::InvalidEndpoint {
             endpoint: self.endpoint.clone(),
             reason,
+            source,
         };
-        let url = reqwest::Url::parse(&self.endpoint).map_err(|e| invalid(e.to_string()))?;
+        let url = reqwest::Url::parse(&self.endpoint)
+            .map_err(|e| invalid(e.to_string(), Some(ErrorSource::new(e))))?;
         let expected = match (url.scheme(), self.protocol) {
             ("http" | "https", Protocol::HttpProtobuf) | ("http", Protocol::Grpc) => None,
             ("https", Protocol::Grpc) => Some(
@@ -244,7 +249,7 @@ impl Export {
             });
         }
         if url.host_str().is_none_or(str::is_empty) {
-            return Err(invalid("it names no host".to_owned()));
+            return Err(invalid("it names no host".to_owned(), None));
         }
         Ok(())
     }
@@ -252,14 +257,15 @@ impl Export {
     fn header_map(&self) -> Result<HeaderMap, OtelError> {
         let mut map = HeaderMap::new();
         for (key, value) in &self.headers {
-            let invalid = |reason: String| OtelError::InvalidHeader {
+            let invalid = |error: ErrorSource| OtelError::InvalidHeader {
                 endpoint: self.endpoint.clone(),
                 key: key.clone(),
-                reason,
+                reason: error.to_string(),
+                source: Some(error),
             };
             let name = HeaderName::from_bytes(key.to_ascii_lowercase().as_bytes())
-                .map_err(|e| invalid(e.to_string()))?;
-            let value = HeaderValue::from_str(value).map_err(|e| invalid(e.to_string()))?;
+                .map_err(|e| invalid(e.into()))?;
+            let value = HeaderValue::from_str(value).map_err(|e| invalid(e.into()))?;
             map.append(name, value);
         }
         Ok(map)

@@ -56,6 +56,7 @@ where
             |e: tracing_subscriber::filter::ParseError| OtelError::InvalidLogFilter {
                 value: value.clone(),
                 reason: e.to_string(),
+                source: Some(e.into()),
             },
         )?;
     let log = tracing_subscriber::fmt::layer()
@@ -87,6 +88,7 @@ impl OtelGuard {
             Some(provider) => provider.shutdown().map_err(|e| OtelError::Shutdown {
                 endpoint: self.endpoint.clone(),
                 reason: e.to_string(),
+                source: Some(e.into()),
             }),
             None => Ok(()),
         }

@@ -142,6 +142,7 @@ impl PgDatabase {
         let mut config =
             tokio_postgres::Config::from_str(&options.url).map_err(|e| PgError::Url {
                 detail: e.to_string(),
+                source: Some(e.into()),
             })?;
         config.connect_timeout(options.connect_timeout);
         // Every connection: durable commits whatever the server's default,
@@ -180,6 +181,7 @@ impl PgDatabase {
             .build()
             .map_err(|e| PgError::Url {
                 detail: e.to_string(),
+                source: Some(e.into()),
             })?;
         let database = Self {
             pool,
@@ -210,10 +212,11 @@ impl PgDatabase {
                 size: self.options.pool_size,
                 waited_ms: u64::try_from(self.options.wait_timeout.as_millis()).unwrap_or(u64::MAX),
             },
-            deadpool_postgres::PoolError::Backend(e) => self.unreachable(&e),
+            deadpool_postgres::PoolError::Backend(e) => self.unreachable(e),
             other => PgError::Unreachable {
                 target: self.target.clone(),
                 detail: other.to_string(),
+                source: Some(other.into()),
             },
         })
     }
@@ -234,7 +237,7 @@ impl PgDatabase {
             .config
             .connect(self.tls.clone())
             .await
-            .map_err(|e| self.unreachable(&e))?;
+            .map_err(|e| self.unreachable(e))?;
         let driver: Driver = Box::pin(async move {
             if let Err(err) = connection.await {
                 tracing::debug!(error = %err, "postgres connection closed");
@@ -244,10 +247,11 @@ impl PgDatabase {
     }
 
     /// Connection errors say where: this database.
-    pub(crate) fn unreachable(&self, err: &tokio_postgres::Error) -> PgError {
+    pub(crate) fn unreachable(&self, err: tokio_postgres::Error) -> PgError {
         PgError::Unreachable {
             target: self.target.clone(),
-            detail: detail(err),
+            detail: detail(&err),
+            source: Some(err.into()),
         }
     }
 }

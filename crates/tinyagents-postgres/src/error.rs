@@ -2,6 +2,7 @@
 //! of the ledger ([`LedgerError`]), of the session store ([`SessionError`])
 //! or of the run store ([`RunStoreError`]).
 
+use tinyagents_core::ErrorSource;
 use tinyagents_ledger::LedgerError;
 use tinyagents_orchestrator::SessionError;
 use tinyagents_runs::RunStoreError;
@@ -15,6 +16,9 @@ pub enum PgError {
     Url {
         /// What the parser said.
         detail: String,
+        /// The parser's error (`detail` already says it).
+        #[source]
+        source: Option<ErrorSource>,
     },
     /// TLS could not be set up (a CA file that does not read).
     #[error("PostgreSQL TLS: {detail}")]
@@ -29,6 +33,10 @@ pub enum PgError {
         target: String,
         /// What failed.
         detail: String,
+        /// The client's or the pool's error (`detail` already says it),
+        /// when one was met.
+        #[source]
+        source: Option<ErrorSource>,
     },
     /// No connection of the pool became free in time.
     #[error(
@@ -74,6 +82,9 @@ pub enum PgError {
         version: i64,
         /// What the server said.
         detail: String,
+        /// The client's error (`detail` already says it).
+        #[source]
+        source: Option<ErrorSource>,
     },
     /// A statement failed.
     #[error("PostgreSQL: {operation} failed: {detail}")]
@@ -82,6 +93,9 @@ pub enum PgError {
         operation: &'static str,
         /// What the server said, with its SQLSTATE.
         detail: String,
+        /// The client's error (`detail` already says it).
+        #[source]
+        source: Option<ErrorSource>,
     },
 }
 
@@ -91,6 +105,7 @@ impl PgError {
         Self::Query {
             operation,
             detail: detail(&err),
+            source: Some(err.into()),
         }
     }
 
@@ -106,10 +121,15 @@ impl PgError {
                 found,
                 supported,
             },
-            Self::Query { detail, .. } => RunStoreError::Storage { operation, detail },
+            Self::Query { detail, source, .. } => RunStoreError::Storage {
+                operation,
+                detail,
+                source,
+            },
             other => RunStoreError::Storage {
                 operation,
                 detail: other.to_string(),
+                source: Some(other.into()),
             },
         }
     }
@@ -120,14 +140,7 @@ pub(crate) fn detail(err: &tokio_postgres::Error) -> String {
     if let Some(db) = err.as_db_error() {
         return format!("{} (SQLSTATE {})", db.message(), db.code().code());
     }
-    let mut text = err.to_string();
-    let mut source = std::error::Error::source(err);
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
+    tinyagents_core::error_chain(err)
 }
 
 /// Whether the server refused a write because it only reads (SQLSTATE
@@ -146,13 +159,19 @@ impl From<PgError> for LedgerError {
                 found,
                 supported,
             },
-            PgError::Unreachable { target, detail } => LedgerError::Open {
+            PgError::Unreachable {
+                target,
+                detail,
+                source,
+            } => LedgerError::Open {
                 path: target.into(),
                 detail,
+                source,
             },
             other => LedgerError::Storage {
                 operation: "postgres",
                 detail: other.to_string(),
+                source: Some(other.into()),
             },
         }
     }
@@ -170,6 +189,7 @@ impl From<PgError> for SessionError {
             },
             other => SessionError::Store {
                 message: other.to_string(),
+                source: Some(other.into()),
             },
         }
     }

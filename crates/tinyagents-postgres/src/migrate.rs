@@ -62,6 +62,7 @@ pub(crate) async fn migrate(
                 component,
                 version: i64::try_from(version + 1).unwrap_or(i64::MAX),
                 detail: crate::error::detail(&e),
+                source: Some(e.into()),
             })?;
     }
     if found < supported {

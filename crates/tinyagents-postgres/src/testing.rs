@@ -96,8 +96,8 @@ impl TestCluster {
     }
 
     /// A cluster of this process's own that offers TLS (whatever
-    /// `TINYAGENTS_PG_URL` says): a throwaway CA (`openssl`, from the
-    /// machine) signs its certificate for `127.0.0.1`; [`ca_file`](Self::ca_file)
+    /// `TINYAGENTS_PG_URL` says): a throwaway CA (made in this process)
+    /// signs its certificate for `127.0.0.1`; [`ca_file`](Self::ca_file)
     /// is the CA's certificate, to trust it with.
     pub fn start_tls() -> Result<Self, TestClusterError> {
         Self::own(true)
@@ -392,65 +392,51 @@ fn chown_to(dir: &Path, user: &str) -> Result<(), TestClusterError> {
 
 /// A throwaway CA and a server certificate it signs for `127.0.0.1` and
 /// `localhost`, in `dir`: `ca.crt`, `server.crt`, `server.key` (mode 0600,
-/// as the server wants its key).
+/// as the server wants its key). Made in this process with rcgen (ECDSA
+/// P-256 on ring), so the tests need no `openssl` program.
 fn make_certificates(dir: &Path) -> Result<(), TestClusterError> {
-    let openssl = |args: &[&str]| {
-        let mut cmd = Command::new("openssl");
-        cmd.args(args).current_dir(dir);
-        run_quietly(cmd, "openssl")
+    let (ca, server, key) = certificates().map_err(|e| TestClusterError::Command {
+        command: "rcgen (the test CA)".to_owned(),
+        detail: e.to_string(),
+    })?;
+    let write = |name: &str, text: &str| {
+        std::fs::write(dir.join(name), text).map_err(|e| command_error(name, e))
     };
-    std::fs::write(
-        dir.join("san.ext"),
-        "subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\n",
-    )
-    .map_err(|e| command_error("san.ext", e))?;
-    openssl(&[
-        "req",
-        "-x509",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-days",
-        "2",
-        "-subj",
-        "/CN=tinyagents-test-ca",
-        "-keyout",
-        "ca.key",
-        "-out",
-        "ca.crt",
-    ])?;
-    openssl(&[
-        "req",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-subj",
-        "/CN=127.0.0.1",
-        "-keyout",
-        "server.key",
-        "-out",
-        "server.csr",
-    ])?;
-    openssl(&[
-        "x509",
-        "-req",
-        "-in",
-        "server.csr",
-        "-CA",
-        "ca.crt",
-        "-CAkey",
-        "ca.key",
-        "-CAcreateserial",
-        "-days",
-        "2",
-        "-out",
-        "server.crt",
-        "-extfile",
-        "san.ext",
-    ])?;
-    let mut chmod = Command::new("chmod");
-    chmod.arg("600").arg(dir.join("server.key"));
-    run_quietly(chmod, "chmod")
+    write("ca.crt", &ca)?;
+    write("server.crt", &server)?;
+    write("server.key", &key)?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(
+            dir.join("server.key"),
+            std::fs::Permissions::from_mode(0o600),
+        )
+        .map_err(|e| command_error("chmod server.key", e))?;
+    }
+    Ok(())
+}
+
+/// The CA's certificate, the server's certificate and the server's key,
+/// in PEM.
+fn certificates() -> Result<(String, String, String), rcgen::Error> {
+    use rcgen::{
+        BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair,
+        KeyUsagePurpose,
+    };
+    let mut ca = CertificateParams::new(Vec::<String>::new())?;
+    ca.distinguished_name
+        .push(DnType::CommonName, "tinyagents-test-ca");
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+    let ca = CertifiedIssuer::self_signed(ca, KeyPair::generate()?)?;
+    let mut server = CertificateParams::new(vec!["127.0.0.1".to_owned(), "localhost".to_owned()])?;
+    server
+        .distinguished_name
+        .push(DnType::CommonName, "127.0.0.1");
+    let key = KeyPair::generate()?;
+    let certificate = server.signed_by(&key, &ca)?;
+    Ok((ca.pem(), certificate.pem(), key.serialize_pem()))
 }
 
 /// `program`, run as `user` (with runuser) when one is given.

@@ -287,7 +287,7 @@ async fn an_unreachable_database_is_a_clear_error() {
     drop(cluster);
     let error = store.load(&"s".into()).await.unwrap_err();
     assert!(
-        matches!(&error, SessionError::Store { message } if message.contains("unreachable")),
+        matches!(&error, SessionError::Store { message, .. } if message.contains("unreachable")),
         "{error}"
     );
 }

@@ -367,6 +367,7 @@ pub fn sealed_request(run: &NewRun, key: &SealKey) -> RunStoreResult<(String, St
         run: run.run_id.clone(),
         what: "request",
         detail: e.to_string(),
+        source: Some(e.into()),
     })?;
     let seal = Identity {
         run_id: &run.run_id,
@@ -385,6 +386,7 @@ pub fn history_text(run: &RunId, event: &crate::history::RunEvent) -> RunStoreRe
         run: run.clone(),
         what: "history entry",
         detail: e.to_string(),
+        source: Some(e.into()),
     })
 }
 
@@ -409,6 +411,7 @@ pub fn journal_texts(
                 run: run.clone(),
                 what: "journal event",
                 detail: e.to_string(),
+                source: Some(e.into()),
             })?;
             Ok((to_i64(at.as_millis()), text))
         })
@@ -498,15 +501,23 @@ impl StoredRecord {
             run: run_id.clone(),
             what,
             detail,
+            source: None,
         };
-        let request: StoredRequest = serde_json::from_str(&self.request)
-            .map_err(|e| unreadable("request", e.to_string()))?;
+        let undecodable =
+            |what: &'static str, error: serde_json::Error| RunStoreError::Unreadable {
+                run: run_id.clone(),
+                what,
+                detail: error.to_string(),
+                source: Some(error.into()),
+            };
+        let request: StoredRequest =
+            serde_json::from_str(&self.request).map_err(|e| undecodable("request", e))?;
         let status = RecordStatus::parse(&self.status)
             .ok_or_else(|| unreadable("status", format!("unknown status '{}'", self.status)))?;
         let suspended = match self.suspended {
             Some(text) => {
-                let sealed: SealedRun = serde_json::from_str(&text)
-                    .map_err(|e| unreadable("suspended state", e.to_string()))?;
+                let sealed: SealedRun =
+                    serde_json::from_str(&text).map_err(|e| undecodable("suspended state", e))?;
                 Some(key.open_state(&run_id, &sealed)?)
             }
             None => None,
@@ -577,6 +588,7 @@ impl StoredWaiting {
                 run: run_id.clone(),
                 what: "waiting call's arguments",
                 detail: e.to_string(),
+                source: Some(e.into()),
             })?;
         let decision = match (self.approved, self.decided_by, self.decided_at) {
             (Some(approved), Some(by), Some(at)) => Some(DecisionRecord {

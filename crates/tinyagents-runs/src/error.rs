@@ -1,6 +1,6 @@
 //! Why a run store refused or failed.
 
-use tinyagents_core::{CallId, RunId};
+use tinyagents_core::{CallId, ErrorSource, RunId};
 
 use crate::record::RecordStatus;
 
@@ -19,6 +19,9 @@ pub enum RunStoreError {
         operation: &'static str,
         /// What the database said.
         detail: String,
+        /// The database's error (`detail` already says it), when one was met.
+        #[source]
+        source: Option<ErrorSource>,
     },
     /// The file is damaged or not a database.
     #[error("run store {path} is damaged or not a run store: {detail}")]
@@ -27,6 +30,9 @@ pub enum RunStoreError {
         path: String,
         /// What SQLite said.
         detail: String,
+        /// SQLite's error (`detail` already says it).
+        #[source]
+        source: Option<ErrorSource>,
     },
     /// The file belongs to another application.
     #[error("{path} is not a tinyagents run store (application id {found:#x})")]
@@ -129,12 +135,18 @@ pub enum RunStoreError {
         what: &'static str,
         /// What the decoder said.
         detail: String,
+        /// The decoder's error (`detail` already says it), when one was met.
+        #[source]
+        source: Option<ErrorSource>,
     },
     /// The sealing key is unusable.
     #[error("the run store's sealing key {detail}")]
     Key {
         /// What is wrong with it.
         detail: String,
+        /// The operating system's or the key reader's error, when one was met (`detail` already says it).
+        #[source]
+        source: Option<ErrorSource>,
     },
 }
 

@@ -44,6 +44,7 @@ impl SealKey {
                     "has {} bytes; a key needs at least {SEAL_KEY_MIN_BYTES}",
                     bytes.len()
                 ),
+                source: None,
             });
         }
         Ok(Self(bytes.to_vec()))
@@ -54,6 +55,7 @@ impl SealKey {
         let mut bytes = vec![0_u8; SEAL_KEY_MIN_BYTES];
         getrandom::fill(&mut bytes).map_err(|e| RunStoreError::Key {
             detail: format!("could not be generated: {e}"),
+            source: Some(e.into()),
         })?;
         Ok(Self(bytes))
     }
@@ -65,16 +67,19 @@ impl SealKey {
         match std::fs::read(path) {
             Ok(bytes) => Self::from_bytes(&bytes).map_err(|e| RunStoreError::Key {
                 detail: format!("in {shown}: {e}"),
+                source: Some(e.into()),
             }),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 let key = Self::generate()?;
                 write_private(path, &key.0).map_err(|e| RunStoreError::Key {
                     detail: format!("could not be written to {shown}: {e}"),
+                    source: Some(e.into()),
                 })?;
                 Ok(key)
             }
             Err(e) => Err(RunStoreError::Key {
                 detail: format!("could not be read from {shown}: {e}"),
+                source: Some(e.into()),
             }),
         }
     }
@@ -107,6 +112,7 @@ impl SealKey {
             run: state.run_id.clone(),
             what: "suspended state",
             detail: e.to_string(),
+            source: Some(e.into()),
         })
     }
 
@@ -133,6 +139,7 @@ impl SealKey {
                 run: run.clone(),
                 what: "suspended state",
                 detail: e.to_string(),
+                source: Some(e.into()),
             })?;
         Ok(state)
     }

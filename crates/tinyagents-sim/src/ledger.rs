@@ -156,6 +156,7 @@ impl SimLedger {
             return Err(LedgerError::Storage {
                 operation: "simulated write",
                 detail: format!("planted failure of write {n}"),
+                source: None,
             });
         }
         note("");

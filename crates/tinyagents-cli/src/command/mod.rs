@@ -13,7 +13,7 @@ mod worker;
 
 use std::io::IsTerminal as _;
 
-use tinyagents::core::RunId;
+use tinyagents::core::{ErrorSource, RunId};
 use tinyagents::runs::{RunRecord, RunStoreError};
 
 use crate::cli::{Cli, Command, Showing};
@@ -25,13 +25,34 @@ use crate::view::Mode;
 /// A refusal that is the invocation's fault (exit 2): a bad connection
 /// string, a run or call that is not there, an id taken.
 #[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub(crate) struct BadInput(pub(crate) String);
+#[error("{message}")]
+pub(crate) struct BadInput {
+    /// What is refused, and why.
+    message: String,
+    /// The error that refused it (a run store's, the connection string
+    /// parser's), when one did; `message` already says it.
+    #[source]
+    source: Option<ErrorSource>,
+}
 
 impl BadInput {
     /// The refusal `message`, as an error.
     pub(crate) fn error(message: impl Into<String>) -> anyhow::Error {
-        anyhow::Error::new(Self(message.into()))
+        anyhow::Error::new(Self {
+            message: message.into(),
+            source: None,
+        })
+    }
+
+    /// The refusal `message` that `source` caused, as an error.
+    pub(crate) fn caused(
+        message: impl Into<String>,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> anyhow::Error {
+        anyhow::Error::new(Self {
+            message: message.into(),
+            source: Some(ErrorSource::new(source)),
+        })
     }
 }
 
@@ -88,7 +109,7 @@ pub(crate) async fn dispatch(cli: Cli) -> u8 {
                 eprintln!("error: {file}");
                 return exit::USAGE;
             }
-            eprintln!("error: {error:#}");
+            eprintln!("error: {}", tinyagents::core::error_chain(error.as_ref()));
             if error.downcast_ref::<BadInput>().is_some() {
                 return exit::USAGE;
             }
@@ -143,7 +164,7 @@ pub(crate) fn refusal(error: RunStoreError) -> anyhow::Error {
         RunStoreError::NotFound { .. }
         | RunStoreError::Exists { .. }
         | RunStoreError::NotWaiting { .. }
-        | RunStoreError::AlreadyDecided { .. } => BadInput::error(error.to_string()),
+        | RunStoreError::AlreadyDecided { .. } => BadInput::caused(error.to_string(), error),
         other => anyhow::Error::new(other),
     }
 }

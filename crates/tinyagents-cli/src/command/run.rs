@@ -317,7 +317,7 @@ async fn close(
     let code = match stores.close().await {
         Ok(()) => code,
         Err(error) => {
-            eprintln!("error: {error:#}");
+            eprintln!("error: {}", tinyagents::core::error_chain(error.as_ref()));
             exit::FAILED
         }
     };

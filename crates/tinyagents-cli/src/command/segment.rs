@@ -67,7 +67,11 @@ impl Runner<'_> {
             );
             let agent = match built {
                 Ok(agent) => agent,
-                Err(error) => return self.fail(&claim, format!("{error:#}")).await,
+                Err(error) => {
+                    return self
+                        .fail(&claim, tinyagents::core::error_chain(error.as_ref()))
+                        .await;
+                }
             };
             let next = match first.take() {
                 Some(next) => next,
@@ -127,7 +131,10 @@ impl Runner<'_> {
             match self.decide_and_claim(&suspended, &decisions).await {
                 Ok(next) => claim = next,
                 Err(error) => {
-                    self.watch.note(&format!("error: {error:#}"));
+                    self.watch.note(&format!(
+                        "error: {}",
+                        tinyagents::core::error_chain(error.as_ref())
+                    ));
                     return exit::FAILED;
                 }
             }

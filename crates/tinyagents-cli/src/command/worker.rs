@@ -65,7 +65,9 @@ pub(crate) async fn worker(cli: &Cli) -> anyhow::Result<u8> {
         move |run: &LeasedRun| -> Result<BuiltAgent, FactoryError> {
             let agent = toolbox
                 .agent(&loaded, Arc::clone(&run.ledger), Arc::clone(&sessions))
-                .map_err(|error| -> FactoryError { format!("{error:#}").into() })?;
+                .map_err(|error| -> FactoryError {
+                    tinyagents::core::error_chain(error.as_ref()).into()
+                })?;
             Ok(BuiltAgent::new(agent))
         }
     };

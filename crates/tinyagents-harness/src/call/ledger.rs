@@ -173,7 +173,9 @@ impl CallPath {
 
 /// A ledger failure as the error of a harness operation.
 pub(crate) fn state_error(error: LedgerError) -> TinyAgentsError {
-    TinyAgentsError::State(error.to_string())
+    TinyAgentsError::Ledger {
+        source: error.into(),
+    }
 }
 
 /// Awaits a ledger operation, containing a panic in the backend (host code,
@@ -191,6 +193,7 @@ pub(crate) async fn guarded<T>(
                 "the ledger panicked: {}",
                 crate::call::panic_text(panic.as_ref())
             ),
+            source: None,
         }),
     }
 }

@@ -3,9 +3,9 @@
 //! refusals, in-flight calls, concurrency holds and the parents' summaries).
 
 use std::collections::{HashMap as StdHashMap, HashSet as StdHashSet};
-use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 
+use foldhash::fast::FixedState;
 use parking_lot::Mutex;
 use serde_json::{Map, Value, json};
 use tinyagents_core::{CallId, CancellationToken, TinyAgentsError, ToolResult};
@@ -38,43 +38,13 @@ pub(crate) struct NestedRequest {
     pub(crate) span: tracing::Span,
 }
 
-/// A multiply-rotate hasher (FxHash's mix) for the runner's maps. Their keys
-/// are call ids the harness itself made (`p1/2/1`), not input an attacker
-/// chooses, so SipHash's flooding resistance buys nothing here and costs a
-/// few hundred instructions per lookup.
-#[derive(Default, Clone, Copy)]
-pub(crate) struct IdHasher(u64);
-
-impl Hasher for IdHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        for chunk in bytes.chunks(8) {
-            let mut word = [0u8; 8];
-            word[..chunk.len()].copy_from_slice(chunk);
-            self.add(u64::from_le_bytes(word));
-        }
-    }
-
-    fn write_u8(&mut self, n: u8) {
-        self.add(u64::from(n));
-    }
-
-    fn write_usize(&mut self, n: usize) {
-        self.add(n as u64);
-    }
-
-    fn finish(&self) -> u64 {
-        self.0
-    }
-}
-
-impl IdHasher {
-    fn add(&mut self, word: u64) {
-        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
-    }
-}
-
-type HashMap<K, V> = StdHashMap<K, V, BuildHasherDefault<IdHasher>>;
-type HashSet<K> = StdHashSet<K, BuildHasherDefault<IdHasher>>;
+/// The runner's maps hash with foldhash's fast, fixed-seed hasher. Their
+/// keys are call ids the harness itself made (`p1/2/1`), not input an
+/// attacker chooses, so SipHash's flooding resistance buys nothing here and
+/// costs a few hundred instructions per lookup; the fixed seed keeps their
+/// order the same from run to run.
+type HashMap<K, V> = StdHashMap<K, V, FixedState>;
+type HashSet<K> = StdHashSet<K, FixedState>;
 
 /// How a nested call ended, for its parent's summary.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

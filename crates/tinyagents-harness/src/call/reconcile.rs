@@ -269,7 +269,10 @@ impl CallPath {
             ),
             Ok(Ok(Err(error))) => (
                 Found::Unknown,
-                format!("the reconciliation of tool '{name}' failed: {error:#}"),
+                format!(
+                    "the reconciliation of tool '{name}' failed: {}",
+                    tinyagents_core::error_chain(error.as_ref())
+                ),
             ),
             Ok(Err(panic)) => (
                 Found::Unknown,

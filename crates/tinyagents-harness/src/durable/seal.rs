@@ -55,11 +55,9 @@ impl SuspendedRun {
     /// See [`SealedRun`] for when to and what it does not do.
     pub fn seal(&self, key: &[u8]) -> Result<SealedRun, TinyAgentsError> {
         let mut mac = keyed(key)?;
-        let payload = serde_json::to_string(self).map_err(|e| {
-            TinyAgentsError::State(format!(
-                "suspended run {} cannot be sealed: it does not serialise: {e}",
-                self.run_id
-            ))
+        let payload = serde_json::to_string(self).map_err(|e| TinyAgentsError::SealEncode {
+            run: self.run_id.clone(),
+            source: e.into(),
         })?;
         feed(&mut mac, SEALED_RUN_FORMAT, &payload);
         Ok(SealedRun {
@@ -85,11 +83,8 @@ impl SealedRun {
                 self.format
             )));
         }
-        serde_json::from_str(&self.payload).map_err(|e| {
-            TinyAgentsError::State(format!(
-                "sealed run's MAC checks out but its payload is not a suspended run: {e}"
-            ))
-        })
+        serde_json::from_str(&self.payload)
+            .map_err(|e| TinyAgentsError::SealedPayload { source: e.into() })
     }
 }
 

@@ -101,6 +101,7 @@ impl CheckpointEntry for UnencodedEntry {
         serde_json::to_vec(&self.0).map_err(|e| LedgerError::Storage {
             operation: "encode_checkpoint",
             detail: e.to_string(),
+            source: Some(e.into()),
         })
     }
 }
@@ -343,16 +344,21 @@ pub(crate) fn read_checkpoint(
 ) -> Result<SuspendedRun, TinyAgentsError> {
     let unreadable =
         |what: String| TinyAgentsError::State(format!("checkpoint of run {run_id} {what}"));
-    let mut saved: SuspendedRun = serde_json::from_slice(&checkpoint.data)
-        .map_err(|e| unreadable(format!("cannot be read: {e}")))?;
+    let mut saved: SuspendedRun = serde_json::from_slice(&checkpoint.data).map_err(|e| {
+        TinyAgentsError::CheckpointUnreadable {
+            run: run_id.clone(),
+            entry: None,
+            source: e.into(),
+        }
+    })?;
     saved.check_format()?;
     for (n, bytes) in checkpoint.appended.iter().enumerate() {
-        let entry: Entry<'_> = serde_json::from_slice(bytes).map_err(|e| {
-            unreadable(format!(
-                "cannot be read: entry {} after the base: {e}",
-                n + 1
-            ))
-        })?;
+        let entry: Entry<'_> =
+            serde_json::from_slice(bytes).map_err(|e| TinyAgentsError::CheckpointUnreadable {
+                run: run_id.clone(),
+                entry: Some(n + 1),
+                source: e.into(),
+            })?;
         let held = saved.state.messages.len();
         if entry.from != held {
             return Err(unreadable(format!(

@@ -166,13 +166,14 @@ impl AgentHarness {
         };
         match guarded("begin_run", ledger.begin_run(run_id)).await {
             Ok(()) => Ok(()),
-            Err(exists @ LedgerError::RunExists { .. }) => {
-                Err(TinyAgentsError::State(exists.to_string()))
-            }
+            Err(exists @ LedgerError::RunExists { .. }) => Err(TinyAgentsError::Ledger {
+                source: exists.into(),
+            }),
             Err(failure) => match self.calls.ledger_failure {
-                LedgerFailure::Abort => Err(TinyAgentsError::State(format!(
-                    "the effect ledger could not claim run {run_id}, so it was not started: {failure}"
-                ))),
+                LedgerFailure::Abort => Err(TinyAgentsError::LedgerClaim {
+                    run: run_id.clone(),
+                    source: failure.into(),
+                }),
                 LedgerFailure::Continue => Ok(()),
             },
         }

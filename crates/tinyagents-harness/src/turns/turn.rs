@@ -145,15 +145,15 @@ impl<'h> Run<'h> {
         refused: &[(CallId, TinyAgentsError)],
     ) -> Result<TurnEnd, TinyAgentsError> {
         let mut limit = token_limit;
-        for position in 0..slots.len() {
-            let Slot::Issued(call) = std::mem::replace(&mut slots[position], Slot::Vacant) else {
+        for (position, slot) in slots.iter_mut().enumerate() {
+            let Slot::Issued(call) = std::mem::replace(slot, Slot::Vacant) else {
                 continue;
             };
-            let slot = self
+            match self
                 .admit_issued(position, call, &mut limit, replay_blocked, refused)
-                .await;
-            match slot {
-                Ok(slot) => slots[position] = slot,
+                .await
+            {
+                Ok(admitted) => *slot = admitted,
                 Err(end) => return Ok(end),
             }
         }

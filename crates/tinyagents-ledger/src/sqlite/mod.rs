@@ -259,6 +259,7 @@ impl SqliteLedger {
             .map_err(|err| LedgerError::Open {
                 path,
                 detail: format!("cannot start the writer thread: {err}"),
+                source: Some(err.into()),
             })?;
         Ok(ledger)
     }

@@ -13,6 +13,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use rusqlite::{Connection, ErrorCode, OpenFlags, TransactionBehavior};
 
 use crate::error::{LedgerError, LedgerResult};
+use tinyagents_core::ErrorSource;
 
 /// The SQLite `application_id` of a ledger file: the bytes `tALg`.
 pub(crate) const APPLICATION_ID: i32 = 0x7441_4c67;
@@ -151,22 +152,22 @@ pub(crate) fn open(spec: &OpenSpec<'_>) -> LedgerResult<Connection> {
             }
             create(path)?;
         }
-        Err(err) => return Err(open_error(path, err)),
+        Err(err) => return Err(open_failed(path, err)),
     }
     let conn = Connection::open_with_flags(
         path,
         OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
     )
-    .map_err(|err| classify(path, &err))?;
+    .map_err(|err| classify(path, err))?;
     conn.busy_timeout(spec.busy_timeout)
-        .map_err(|err| classify(path, &err))?;
+        .map_err(|err| classify(path, err))?;
     recognise(path, &conn)?;
     if spec.verify {
         verify(path, &conn)?;
     }
     let mode: String = conn
         .query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0))
-        .map_err(|err| classify(path, &err))?;
+        .map_err(|err| classify(path, err))?;
     if !mode.eq_ignore_ascii_case("wal") {
         return Err(open_error(
             path,
@@ -174,7 +175,7 @@ pub(crate) fn open(spec: &OpenSpec<'_>) -> LedgerResult<Connection> {
         ));
     }
     conn.execute_batch("PRAGMA synchronous = FULL; PRAGMA foreign_keys = OFF;")
-        .map_err(|err| classify(path, &err))?;
+        .map_err(|err| classify(path, err))?;
     conn.set_prepared_statement_cache_capacity(32);
     Ok(conn)
 }
@@ -199,7 +200,7 @@ fn create(path: &Path) -> LedgerResult<()> {
 }
 
 fn build_new(temp: &Path) -> LedgerResult<()> {
-    let mut conn = Connection::open(temp).map_err(|err| classify(temp, &err))?;
+    let mut conn = Connection::open(temp).map_err(|err| classify(temp, err))?;
     let built = (|| -> rusqlite::Result<()> {
         conn.execute_batch(&format!("PRAGMA page_size = {PAGE_SIZE}"))?;
         conn.query_row("PRAGMA journal_mode = WAL", [], |_| Ok(()))?;
@@ -211,12 +212,12 @@ fn build_new(temp: &Path) -> LedgerResult<()> {
         tx.pragma_update(None, "user_version", current_version())?;
         tx.commit()
     })();
-    built.map_err(|err| classify(temp, &err))?;
+    built.map_err(|err| classify(temp, err))?;
     // Closing the last connection checkpoints the WAL into the file.
-    conn.close().map_err(|(_, err)| classify(temp, &err))?;
+    conn.close().map_err(|(_, err)| classify(temp, err))?;
     fs::File::open(temp)
         .and_then(|file| file.sync_all())
-        .map_err(|err| open_error(temp, err))
+        .map_err(|err| open_failed(temp, err))
 }
 
 fn link_into_place(temp: &Path, path: &Path) -> LedgerResult<()> {
@@ -226,24 +227,24 @@ fn link_into_place(temp: &Path, path: &Path) -> LedgerResult<()> {
         // A file system without hard links: rename, which is atomic too but
         // may replace a file another process created at the same moment.
         Err(_) if !path.exists() => {
-            fs::rename(temp, path).map_err(|err| open_error(path, err))?;
+            fs::rename(temp, path).map_err(|err| open_failed(path, err))?;
         }
-        Err(err) => return Err(open_error(path, err)),
+        Err(err) => return Err(open_failed(path, err)),
     }
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         // Make the new directory entry durable too.
         fs::File::open(dir)
             .and_then(|d| d.sync_all())
-            .map_err(|err| open_error(path, err))?;
+            .map_err(|err| open_failed(path, err))?;
     }
     Ok(())
 }
 
 /// Checks the marks in the header, and migrates an older schema.
 fn recognise(path: &Path, conn: &Connection) -> LedgerResult<()> {
-    let (app_id, version) = header(conn).map_err(|err| classify(path, &err))?;
+    let (app_id, version) = header(conn).map_err(|err| classify(path, err))?;
     if app_id != APPLICATION_ID {
-        let tables = table_names(conn).map_err(|err| classify(path, &err))?;
+        let tables = table_names(conn).map_err(|err| classify(path, err))?;
         let detail = if app_id != 0 {
             format!(
                 "its application_id is {app_id:#010x}, not the ledger's {APPLICATION_ID:#010x}; \
@@ -275,9 +276,9 @@ fn recognise(path: &Path, conn: &Connection) -> LedgerResult<()> {
         return Err(corrupt(path, format!("negative schema version {version}")));
     }
     if version < current_version() {
-        migrate(conn).map_err(|err| classify(path, &err))?;
+        migrate(conn).map_err(|err| classify(path, err))?;
     }
-    let tables = table_names(conn).map_err(|err| classify(path, &err))?;
+    let tables = table_names(conn).map_err(|err| classify(path, err))?;
     if let Some(missing) = REQUIRED_TABLES
         .iter()
         .find(|t| !tables.iter().any(|have| have == *t))
@@ -329,7 +330,7 @@ fn verify(path: &Path, conn: &Connection) -> LedgerResult<()> {
         let mut stmt = conn.prepare("PRAGMA quick_check(5)")?;
         stmt.query_map([], |row| row.get(0))?.collect()
     })()
-    .map_err(|err| classify(path, &err))?;
+    .map_err(|err| classify(path, err))?;
     if problems.len() == 1 && problems[0] == "ok" {
         return Ok(());
     }
@@ -341,16 +342,18 @@ fn verify(path: &Path, conn: &Connection) -> LedgerResult<()> {
 
 /// Maps an SQLite error met while opening `path` to the error that says what
 /// is wrong with the file.
-pub(crate) fn classify(path: &Path, err: &rusqlite::Error) -> LedgerError {
-    match err.sqlite_error_code() {
-        Some(ErrorCode::NotADatabase) => corrupt(
-            path,
-            format!(
-                "not a readable SQLite database (its header is damaged or it is another kind of file): {err}"
-            ),
+pub(crate) fn classify(path: &Path, err: rusqlite::Error) -> LedgerError {
+    let detail = match err.sqlite_error_code() {
+        Some(ErrorCode::NotADatabase) => format!(
+            "not a readable SQLite database (its header is damaged or it is another kind of file): {err}"
         ),
-        Some(ErrorCode::DatabaseCorrupt) => corrupt(path, err.to_string()),
-        _ => open_error(path, err),
+        Some(ErrorCode::DatabaseCorrupt) => err.to_string(),
+        _ => return open_failed(path, err),
+    };
+    LedgerError::Corrupt {
+        path: PathBuf::from(path),
+        detail,
+        source: Some(ErrorSource::new(err)),
     }
 }
 
@@ -358,12 +361,23 @@ fn corrupt(path: &Path, detail: impl Into<String>) -> LedgerError {
     LedgerError::Corrupt {
         path: PathBuf::from(path),
         detail: detail.into(),
+        source: None,
     }
 }
 
-fn open_error(path: &Path, detail: impl ToString) -> LedgerError {
+fn open_error(path: &Path, detail: impl Into<String>) -> LedgerError {
     LedgerError::Open {
         path: path.to_owned(),
-        detail: detail.to_string(),
+        detail: detail.into(),
+        source: None,
+    }
+}
+
+/// The file at `path` could not be opened because of `err`.
+fn open_failed(path: &Path, err: impl std::error::Error + Send + Sync + 'static) -> LedgerError {
+    LedgerError::Open {
+        path: path.to_owned(),
+        detail: err.to_string(),
+        source: Some(ErrorSource::new(err)),
     }
 }

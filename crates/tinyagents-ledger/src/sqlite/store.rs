@@ -17,7 +17,7 @@ const ROW_COLUMNS: &str = "run_id, call_id, parent_call_id, tool_name, args_hash
      original_bytes, truncated, resolved_effect, resolved_by, resolved_at, resolved_note";
 
 pub(super) fn db(operation: &'static str) -> impl Fn(rusqlite::Error) -> LedgerError {
-    move |err| LedgerError::storage(operation, err)
+    move |err| LedgerError::storage_error(operation, err)
 }
 
 pub(super) fn millis(at: Timestamp) -> i64 {

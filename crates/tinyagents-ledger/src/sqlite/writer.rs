@@ -170,7 +170,7 @@ impl Writer {
         let closed = self
             .conn
             .close()
-            .map_err(|(_, err)| LedgerError::storage("close", err));
+            .map_err(|(_, err)| LedgerError::storage_error("close", err));
         if let Some(reply) = shutdown {
             drop(reply.send(committed.and(closed)));
         }
@@ -205,7 +205,7 @@ impl Writer {
         if self.opened.is_none() {
             self.conn
                 .execute_batch("BEGIN IMMEDIATE")
-                .map_err(|err| LedgerError::storage("begin", err))?;
+                .map_err(|err| LedgerError::storage_error("begin", err))?;
             self.opened = Some(Instant::now());
         }
         Ok(())
@@ -330,7 +330,7 @@ impl Writer {
             let commit = self
                 .conn
                 .execute_batch("COMMIT")
-                .map_err(|err| LedgerError::storage("commit", err));
+                .map_err(|err| LedgerError::storage_error("commit", err));
             match &commit {
                 Ok(()) => {
                     if let Some(hook) = &self.hook {

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use rmcp::model::PaginatedRequestParams;
 use rmcp::service::{Peer, RoleClient};
 use serde_json::Value;
+use tinyagents_core::ErrorSource;
 use tinytools::{Tool, ToolRegistry};
 
 use super::pin::{PinnedTool, UnvettedTool, drift};
@@ -31,9 +32,13 @@ pub struct ToolListChange {
 /// is cut off with an error.
 pub(crate) const MAX_TOOL_PAGES: usize = 100;
 
+/// Why the pages could not be read: what to say, and the client's error
+/// when it was one.
+type PagesFailure = (String, Option<ErrorSource>);
+
 /// Every page of the server's tools, in order. A repeated cursor or more
 /// than [`MAX_TOOL_PAGES`] pages is an error: the list must end.
-async fn pages(peer: &Peer<RoleClient>) -> Result<Vec<rmcp::model::Tool>, String> {
+async fn pages(peer: &Peer<RoleClient>) -> Result<Vec<rmcp::model::Tool>, PagesFailure> {
     let mut tools = Vec::new();
     let mut cursor: Option<String> = None;
     let mut seen = HashSet::new();
@@ -42,17 +47,17 @@ async fn pages(peer: &Peer<RoleClient>) -> Result<Vec<rmcp::model::Tool>, String
         let page = peer
             .list_tools(Some(params))
             .await
-            .map_err(|error| error.to_string())?;
+            .map_err(|error| (error.to_string(), Some(ErrorSource::new(error))))?;
         tools.extend(page.tools);
         match page.next_cursor {
             None => return Ok(tools),
             Some(next) if !seen.insert(next.clone()) => {
-                return Err(format!("it sent the page cursor {next:?} twice"));
+                return Err((format!("it sent the page cursor {next:?} twice"), None));
             }
             Some(next) => cursor = Some(next),
         }
     }
-    Err(format!("it kept paging past {MAX_TOOL_PAGES} pages"))
+    Err((format!("it kept paging past {MAX_TOOL_PAGES} pages"), None))
 }
 
 /// Lists every page of the server's tools within `timeout` and maps each
@@ -73,10 +78,11 @@ pub(crate) async fn list(
             during: "listing its tools",
             timeout,
         })?
-        .map_err(|message| McpError::Connect {
+        .map_err(|(message, source)| McpError::Connect {
             server: server.name.clone(),
             during: "listing its tools",
             message,
+            source,
         })?;
     let mut registry = ToolRegistry::new();
     let mut tools = Vec::with_capacity(listed.len());

@@ -46,6 +46,7 @@ fn http_client(server: &RemoteServer) -> Result<reqwest::Client, McpError> {
         server: server.name.clone(),
         during: "setting up HTTP",
         message,
+        source: None,
     };
     reqwest::Client::builder()
         .tls_backend_preconfigured(tinyagents_models::tls_client_config().map_err(failed)?)
@@ -159,6 +160,7 @@ impl McpClient {
             server: server.name.clone(),
             during: "initializing",
             message: e.to_string(),
+            source: Some(e.into()),
         })?;
         let tools = list::list(&connection, service.peer(), server.connect_timeout).await?;
         list::vet_first(&connection, &tools)?;

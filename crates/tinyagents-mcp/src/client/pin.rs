@@ -142,12 +142,14 @@ impl McpLock {
                 return Err(McpError::Lock {
                     path: path.display().to_string(),
                     problem: e.to_string(),
+                    source: Some(e.into()),
                 });
             }
         };
         let lock: Self = serde_json::from_str(&text).map_err(|e| McpError::Lock {
             path: path.display().to_string(),
             problem: format!("not an MCP lock: {e}"),
+            source: Some(e.into()),
         })?;
         if lock.format != MCP_LOCK_FORMAT {
             return Err(McpError::Lock {
@@ -156,6 +158,7 @@ impl McpLock {
                     "its format is '{}', this build reads '{MCP_LOCK_FORMAT}'",
                     lock.format
                 ),
+                source: None,
             });
         }
         Ok(Some(lock))
@@ -167,11 +170,13 @@ impl McpLock {
         let mut text = serde_json::to_string_pretty(self).map_err(|e| McpError::Lock {
             path: path.display().to_string(),
             problem: e.to_string(),
+            source: Some(e.into()),
         })?;
         text.push('\n');
         std::fs::write(path, text).map_err(|e| McpError::Lock {
             path: path.display().to_string(),
             problem: e.to_string(),
+            source: Some(e.into()),
         })
     }
 

@@ -49,6 +49,7 @@ impl HttpServer {
             Err(McpError::Serve {
                 server: self.name,
                 message: format!("the HTTP server's task failed: {e}"),
+                source: Some(e.into()),
             })
         })
     }
@@ -127,10 +128,12 @@ impl McpServer {
             .map_err(|e| McpError::Serve {
                 server: self.shared.name.clone(),
                 message: format!("cannot listen on {address}: {e}"),
+                source: Some(e.into()),
             })?;
         let address = listener.local_addr().map_err(|e| McpError::Serve {
             server: self.shared.name.clone(),
             message: format!("cannot read the listener's address: {e}"),
+            source: Some(e.into()),
         })?;
         let shutdown = CancellationToken::new();
         let server = self.clone();

@@ -184,6 +184,7 @@ impl McpServer {
         McpError::Serve {
             server: self.shared.name.clone(),
             message,
+            source: None,
         }
     }
 }
@@ -316,6 +317,7 @@ impl McpServerBuilder {
         let harness = self.harness.build().map_err(|e| McpError::Serve {
             server: self.name.clone(),
             message: format!("its harness cannot be built: {e}"),
+            source: Some(e.into()),
         })?;
         Ok(McpServer {
             shared: Arc::new(Served {

@@ -14,6 +14,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Notify;
 
 /// How a reply's body is sent.
+#[derive(Debug)]
 pub enum Body {
     /// With a `Content-Length`.
     Full(Vec<u8>),
@@ -27,6 +28,7 @@ pub enum Body {
 }
 
 /// One scripted reply.
+#[derive(Debug)]
 pub struct Reply {
     pub status: u16,
     pub headers: Vec<(String, String)>,
@@ -94,7 +96,7 @@ impl Recorded {
     }
 }
 
-#[derive(Default)]
+#[derive(Debug, Default)]
 struct Shared {
     replies: Mutex<VecDeque<Reply>>,
     requests: Mutex<Vec<Recorded>>,
@@ -102,6 +104,7 @@ struct Shared {
     disconnected: Notify,
 }
 
+#[derive(Debug)]
 pub struct Server {
     addr: SocketAddr,
     shared: Arc<Shared>,

@@ -25,7 +25,7 @@ mod sqlite;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
-use tinyagents_core::{AgentId, Message, SessionId};
+use tinyagents_core::{AgentId, ErrorSource, Message, SessionId};
 
 pub(crate) use kept::Transcript;
 pub use manager::SessionManager;
@@ -56,6 +56,10 @@ pub enum SessionError {
         path: String,
         /// What SQLite said.
         message: String,
+        /// SQLite's or the decoder's error (`message` already says it),
+        /// when one was met.
+        #[source]
+        source: Option<ErrorSource>,
     },
     /// The file belongs to another application.
     #[error("{path} is not a tinyagents session store (application id {found:#x})")]
@@ -111,6 +115,10 @@ pub enum SessionError {
     Store {
         /// What went wrong.
         message: String,
+        /// The store's, the task's or the encoder's error (`message`
+        /// already says it), when one was met.
+        #[source]
+        source: Option<ErrorSource>,
     },
 }
 

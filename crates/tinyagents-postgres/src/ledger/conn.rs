@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 
+use tinyagents_core::ErrorSource;
 use tinyagents_ledger::LedgerError;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
@@ -38,6 +39,7 @@ pub(crate) fn storage(operation: &'static str, detail: impl ToString) -> LedgerE
     LedgerError::Storage {
         operation,
         detail: detail.to_string(),
+        source: None,
     }
 }
 
@@ -60,25 +62,29 @@ pub(crate) fn is_lost(err: &tokio_postgres::Error) -> bool {
 pub(crate) fn describe(
     target: &str,
     operation: &'static str,
-    err: &tokio_postgres::Error,
+    err: tokio_postgres::Error,
 ) -> LedgerError {
-    let text = if is_read_only(err) {
+    let text = if is_read_only(&err) {
         PgError::ReadOnly {
             target: target.to_owned(),
             operation,
-            detail: detail(err),
+            detail: detail(&err),
         }
         .to_string()
-    } else if is_lost(err) {
+    } else if is_lost(&err) {
         format!(
             "the connection to PostgreSQL at {target} was lost ({}); the transaction holding \
              this write was rolled back",
-            detail(err)
+            detail(&err)
         )
     } else {
-        format!("PostgreSQL at {target}: {}", detail(err))
+        format!("PostgreSQL at {target}: {}", detail(&err))
     };
-    storage(operation, text)
+    LedgerError::Storage {
+        operation,
+        detail: text,
+        source: Some(ErrorSource::new(err)),
+    }
 }
 
 /// The writer's own connection and the statements prepared on it.

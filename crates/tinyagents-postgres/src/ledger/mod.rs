@@ -225,6 +225,7 @@ fn open_error(database: &PgDatabase, err: PgError) -> LedgerError {
         other => LedgerError::Open {
             path: database.target().into(),
             detail: other.to_string(),
+            source: Some(other.into()),
         },
     }
 }

@@ -213,14 +213,15 @@ impl Writer {
             Err(Fail::Sql { operation, error }) => (operation, error),
         };
         let lost = is_lost(&error) || self.conn.as_ref().is_none_or(Conn::is_closed);
-        let err = describe(self.database.target(), failed, &error);
+        let shown = detail(&error);
+        let err = describe(self.database.target(), failed, error);
         self.abort(&err, lost).await;
         if lost && !*retried {
             *retried = true;
             tracing::warn!(
                 database = self.database.target(),
                 operation,
-                error = %detail(&error),
+                error = %shown,
                 "the ledger's connection to PostgreSQL was lost; reconnecting"
             );
             return None;
@@ -333,7 +334,7 @@ impl Writer {
                         )
                     } else {
                         // A failed COMMIT ends the transaction: rolled back.
-                        describe(target, "commit", &error)
+                        describe(target, "commit", error)
                     };
                     if txn.riders > 0 {
                         self.deferred.push(storage(

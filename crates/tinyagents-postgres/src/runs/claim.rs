@@ -340,6 +340,7 @@ impl PostgresRunStore {
                                 run: run.clone(),
                                 what: "suspended state",
                                 detail: e.to_string(),
+                                source: Some(e.into()),
                             })?;
                         Some(self.key.open_state(&run, &sealed)?)
                     }

@@ -114,6 +114,7 @@ pub(super) async fn end(
                 run: run.clone(),
                 what: "suspended state",
                 detail: e.to_string(),
+                source: Some(e.into()),
             })?;
             tx.execute(
                 format!(

@@ -178,6 +178,7 @@ fn failed(operation: &'static str) -> impl Fn(tokio_postgres::Error) -> RunStore
     move |err| RunStoreError::Storage {
         operation,
         detail: detail(&err),
+        source: Some(err.into()),
     }
 }
 

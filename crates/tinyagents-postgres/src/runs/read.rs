@@ -196,6 +196,7 @@ pub(super) async fn history<C: GenericClient + Sync>(
             run: run.clone(),
             what: "history entry",
             detail: e.to_string(),
+            source: Some(e.into()),
         })?;
         out.push(HistoryEntry {
             at: Timestamp::from_millis(to_u64(at)),

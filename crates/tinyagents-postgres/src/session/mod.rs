@@ -83,7 +83,7 @@ impl PostgresSessionStore {
     /// A failed statement: the server gone, or the statement refused.
     fn failed(&self, operation: &'static str, err: tokio_postgres::Error) -> SessionError {
         if err.is_closed() {
-            self.db.unreachable(&err).into()
+            self.db.unreachable(err).into()
         } else if is_read_only(&err) {
             PgError::ReadOnly {
                 target: self.db.target().to_owned(),
@@ -143,6 +143,7 @@ impl PostgresSessionStore {
                 serde_json::from_str(&text).map_err(|error| SessionError::Corrupt {
                     path: self.db.target().to_owned(),
                     message: format!("session {id} cannot be read: {error}"),
+                    source: Some(error.into()),
                 })?;
             messages.extend(batch);
         }
@@ -172,6 +173,7 @@ fn encode(id: &SessionId, messages: &[Message]) -> Result<Option<String>, Sessio
         .map(Some)
         .map_err(|error| SessionError::Store {
             message: format!("session {id} cannot be encoded: {error}"),
+            source: Some(error.into()),
         })
 }
 

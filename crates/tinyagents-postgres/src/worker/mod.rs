@@ -157,6 +157,25 @@ pub struct Worker {
     grace: Duration,
 }
 
+impl std::fmt::Debug for Worker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The database shows its target only (never a password); the
+        // factory is host code.
+        f.debug_struct("Worker")
+            .field("id", &self.id)
+            .field("db", &self.db)
+            .field("filter", &self.filter)
+            .field("concurrency", &self.concurrency)
+            .field("global", &self.global)
+            .field("lease", &self.lease)
+            .field("poll", &self.poll)
+            .field("grace", &self.grace)
+            .field("own_ledger", &self.ledger.is_some())
+            .field("own_store", &self.store.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
 impl Worker {
     /// A worker over `db` building agents with `factory`: one run at a time,
     /// a 30 s lease renewed every 10 s, the queue polled every 200 ms.

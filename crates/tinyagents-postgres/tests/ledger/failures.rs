@@ -92,7 +92,7 @@ async fn a_database_that_is_gone_is_a_clear_error_at_open() {
         .await
         .unwrap();
     match PostgresLedger::open(&database).await {
-        Err(LedgerError::Open { path, detail }) => {
+        Err(LedgerError::Open { path, detail, .. }) => {
             assert_eq!(path.display().to_string(), database.target());
             assert!(detail.contains("does not exist"), "says why: {detail}");
         }
@@ -128,7 +128,9 @@ async fn a_read_only_server_refuses_a_started_row_naming_itself_read_only() {
         .record_started(started(&run, "p1", ToolReplay::Safe))
         .await
     {
-        Err(LedgerError::Storage { operation, detail }) => {
+        Err(LedgerError::Storage {
+            operation, detail, ..
+        }) => {
             assert_eq!(operation, "record_started");
             assert!(
                 detail.contains("read-only") && detail.contains(database.target()),
@@ -173,7 +175,9 @@ async fn a_statement_timeout_on_a_locked_row_is_a_clear_error_and_loses_nothing(
     });
     // Starting p1 again (a replay-safe call in doubt) waits for its row.
     match ledger.record_started(row.clone()).await {
-        Err(LedgerError::Storage { operation, detail }) => {
+        Err(LedgerError::Storage {
+            operation, detail, ..
+        }) => {
             assert_eq!(operation, "record_started");
             assert!(
                 detail.contains("statement timeout") && detail.contains(database.target()),
@@ -276,7 +280,9 @@ async fn an_id_holding_nul_is_refused_before_it_reaches_the_database() {
         .record_started(started(&bad, "p1", ToolReplay::Safe))
         .await
     {
-        Err(LedgerError::Storage { operation, detail }) => {
+        Err(LedgerError::Storage {
+            operation, detail, ..
+        }) => {
             assert_eq!(operation, "record_started");
             assert!(
                 detail.contains("NUL") && detail.contains("run id"),

@@ -71,6 +71,7 @@ impl SqliteRunStore {
             .map_err(|error| RunStoreError::Storage {
                 operation: "open",
                 detail: format!("{shown}: {error}"),
+                source: Some(error.into()),
             })?
     }
 
@@ -80,9 +81,10 @@ impl SqliteRunStore {
             return Err(RunStoreError::Storage {
                 operation: "open",
                 detail: format!("{shown} does not exist"),
+                source: None,
             });
         }
-        let classify = |error: rusqlite::Error| classify(&shown, "open", &error);
+        let classify = |error: rusqlite::Error| classify(&shown, "open", error);
         let mut conn = Connection::open(path).map_err(classify)?;
         conn.busy_timeout(Duration::from_secs(10))
             .map_err(classify)?;
@@ -116,6 +118,7 @@ impl SqliteRunStore {
             .map_err(|error| RunStoreError::Storage {
                 operation,
                 detail: error.to_string(),
+                source: Some(error.into()),
             })?
     }
 }
@@ -123,7 +126,7 @@ impl SqliteRunStore {
 /// The store's own key: read from the file, or generated and kept there
 /// the first time (one row, inserted once however many processes race).
 fn own_key(conn: &Connection, shown: &str) -> RunStoreResult<SealKey> {
-    let classify = |error: rusqlite::Error| classify(shown, "read the sealing key", &error);
+    let classify = |error: rusqlite::Error| classify(shown, "read the sealing key", error);
     let candidate = SealKey::generate()?;
     conn.execute(
         "INSERT OR IGNORE INTO store_key (id, key) VALUES (1, ?1)",
@@ -143,16 +146,18 @@ fn own_key(conn: &Connection, shown: &str) -> RunStoreResult<SealKey> {
 pub(crate) fn classify(
     path: &str,
     operation: &'static str,
-    error: &rusqlite::Error,
+    error: rusqlite::Error,
 ) -> RunStoreError {
     match error.sqlite_error_code() {
         Some(ErrorCode::DatabaseCorrupt | ErrorCode::NotADatabase) => RunStoreError::Corrupt {
             path: path.to_owned(),
             detail: error.to_string(),
+            source: Some(error.into()),
         },
         _ => RunStoreError::Storage {
             operation,
             detail: error.to_string(),
+            source: Some(error.into()),
         },
     }
 }

@@ -58,7 +58,7 @@ pub(super) fn record(
             raw,
         )
         .optional()
-        .map_err(|e| storage("read a run", &e))?;
+        .map_err(|e| storage("read a run", e))?;
     raw.map(|raw| raw.open(key)).transpose()
 }
 
@@ -83,11 +83,11 @@ pub(super) fn raw_records(
 ) -> RunStoreResult<Vec<StoredRecord>> {
     let mut statement = conn
         .prepare(&format!("SELECT {RECORD_COLUMNS} FROM runs {clause}"))
-        .map_err(|e| storage("list runs", &e))?;
+        .map_err(|e| storage("list runs", e))?;
     let rows = statement
         .query_map(values, raw)
-        .map_err(|e| storage("list runs", &e))?;
-    rows.map(|row| row.map_err(|e| storage("list runs", &e)))
+        .map_err(|e| storage("list runs", e))?;
+    rows.map(|row| row.map_err(|e| storage("list runs", e)))
         .collect()
 }
 
@@ -108,7 +108,7 @@ pub(super) fn waiting(
         .prepare(&format!(
             "SELECT {WAITING_COLUMNS} FROM waiting_calls w JOIN runs r ON r.run_id = w.run_id {clause}"
         ))
-        .map_err(|e| storage("read waiting calls", &e))?;
+        .map_err(|e| storage("read waiting calls", e))?;
     let rows = statement
         .query_map(values, |row| {
             Ok((
@@ -133,13 +133,13 @@ pub(super) fn waiting(
                 ),
             ))
         })
-        .map_err(|e| storage("read waiting calls", &e))?;
+        .map_err(|e| storage("read waiting calls", e))?;
     let mut out = Vec::new();
     for row in rows {
         let (
             (run, agent, suspension, call, tool, reason, hash, arguments),
             (requested, seal, approved, why, by, at, decision_seal),
-        ) = row.map_err(|e| storage("read waiting calls", &e))?;
+        ) = row.map_err(|e| storage("read waiting calls", e))?;
         let call = StoredWaiting {
             run_id: run,
             agent,
@@ -181,7 +181,7 @@ pub(super) fn suspension_calls(
 pub(super) fn history(conn: &Connection, run: &RunId) -> RunStoreResult<Vec<HistoryEntry>> {
     let mut statement = conn
         .prepare("SELECT at, by, event FROM run_history WHERE run_id = ?1 ORDER BY seq")
-        .map_err(|e| storage("read a run's history", &e))?;
+        .map_err(|e| storage("read a run's history", e))?;
     let rows = statement
         .query_map([run.as_str()], |row| {
             Ok((
@@ -190,14 +190,15 @@ pub(super) fn history(conn: &Connection, run: &RunId) -> RunStoreResult<Vec<Hist
                 row.get::<_, String>(2)?,
             ))
         })
-        .map_err(|e| storage("read a run's history", &e))?;
+        .map_err(|e| storage("read a run's history", e))?;
     let mut out = Vec::new();
     for row in rows {
-        let (at, by, event) = row.map_err(|e| storage("read a run's history", &e))?;
+        let (at, by, event) = row.map_err(|e| storage("read a run's history", e))?;
         let event = serde_json::from_str(&event).map_err(|e| RunStoreError::Unreadable {
             run: run.clone(),
             what: "history entry",
             detail: e.to_string(),
+            source: Some(e.into()),
         })?;
         out.push(HistoryEntry {
             at: Timestamp::from_millis(to_u64(at)),
@@ -220,7 +221,7 @@ pub(super) fn journal(
             "SELECT seq, at, event FROM run_journal WHERE run_id = ?1 AND seq > ?2
              ORDER BY seq LIMIT ?3",
         )
-        .map_err(|e| storage("read a run's journal", &e))?;
+        .map_err(|e| storage("read a run's journal", e))?;
     let rows = statement
         .query_map(params![run.as_str(), to_i64(after), limit], |row| {
             Ok((
@@ -229,18 +230,19 @@ pub(super) fn journal(
                 row.get::<_, String>(2)?,
             ))
         })
-        .map_err(|e| storage("read a run's journal", &e))?;
+        .map_err(|e| storage("read a run's journal", e))?;
     let mut out = Vec::new();
     for row in rows {
-        let (seq, at, text) = row.map_err(|e| storage("read a run's journal", &e))?;
+        let (seq, at, text) = row.map_err(|e| storage("read a run's journal", e))?;
         out.push(journal_entry(to_u64(seq), to_u64(at), &text));
     }
     Ok(out)
 }
 
-pub(super) fn storage(operation: &'static str, error: &rusqlite::Error) -> RunStoreError {
+pub(super) fn storage(operation: &'static str, error: rusqlite::Error) -> RunStoreError {
     RunStoreError::Storage {
         operation,
         detail: error.to_string(),
+        source: Some(error.into()),
     }
 }

@@ -110,7 +110,7 @@ pub const RUN_STORE_SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
 
 /// Checks the file's marks and brings its schema to this version.
 pub(super) fn migrate(conn: &mut Connection, shown: &str) -> RunStoreResult<()> {
-    let classify = |error: rusqlite::Error| classify(shown, "migrate", &error);
+    let classify = |error: rusqlite::Error| classify(shown, "migrate", error);
     let app_id: i32 = conn
         .pragma_query_value(None, "application_id", |row| row.get(0))
         .map_err(classify)?;

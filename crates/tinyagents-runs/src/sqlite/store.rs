@@ -29,11 +29,11 @@ fn begin<'c>(
     operation: &'static str,
 ) -> RunStoreResult<Transaction<'c>> {
     conn.transaction_with_behavior(TransactionBehavior::Immediate)
-        .map_err(|e| storage(operation, &e))
+        .map_err(|e| storage(operation, e))
 }
 
 fn commit(tx: Transaction<'_>, operation: &'static str) -> RunStoreResult<()> {
-    tx.commit().map_err(|e| storage(operation, &e))
+    tx.commit().map_err(|e| storage(operation, e))
 }
 
 fn note(
@@ -48,7 +48,7 @@ fn note(
         "INSERT INTO run_history (run_id, at, by, event) VALUES (?1, ?2, ?3, ?4)",
         params![run.as_str(), to_i64(at.as_millis()), by, text],
     )
-    .map_err(|e| storage("write a run's history", &e))?;
+    .map_err(|e| storage("write a run's history", e))?;
     Ok(())
 }
 
@@ -84,7 +84,7 @@ fn take(
             resume.is_some()
         ],
     )
-    .map_err(|e| storage("claim a run", &e))?;
+    .map_err(|e| storage("claim a run", e))?;
     let segment = segment.to_owned();
     note(
         tx,
@@ -128,7 +128,7 @@ fn fail_unusable(
              owner = NULL, host = NULL, pid = NULL, lease_until = NULL WHERE run_id = ?1",
         params![run.as_str(), text, to_i64(at.as_millis())],
     )
-    .map_err(|e| storage("claim runs", &e))?;
+    .map_err(|e| storage("claim runs", e))?;
     note(
         tx,
         run,
@@ -155,7 +155,7 @@ impl SqliteRunStore {
                 |r| r.get(0),
             )
             .optional()
-            .map_err(|e| storage("create a run", &e))?;
+            .map_err(|e| storage("create a run", e))?;
         if exists.is_some() {
             return Err(RunStoreError::Exists {
                 run: run.run_id.clone(),
@@ -178,7 +178,7 @@ impl SqliteRunStore {
                 at
             ],
         )
-        .map_err(|e| storage("create a run", &e))?;
+        .map_err(|e| storage("create a run", e))?;
         let by = hold.map_or("queue", |h| h.holder.owner.as_str());
         let status = if hold.is_some() {
             RecordStatus::Running
@@ -258,15 +258,15 @@ impl RunStore for SqliteRunStore {
         self.with("count runs", |conn, _| {
             let mut statement = conn
                 .prepare("SELECT status, count(*) FROM runs GROUP BY status")
-                .map_err(|e| storage("count runs", &e))?;
+                .map_err(|e| storage("count runs", e))?;
             let rows = statement
                 .query_map([], |row| {
                     Ok((row.get::<_, String>(0)?, row.get::<_, i64>(1)?))
                 })
-                .map_err(|e| storage("count runs", &e))?;
+                .map_err(|e| storage("count runs", e))?;
             let mut counts = Vec::new();
             for row in rows {
-                let (status, n) = row.map_err(|e| storage("count runs", &e))?;
+                let (status, n) = row.map_err(|e| storage("count runs", e))?;
                 if let Some(status) = RecordStatus::parse(&status) {
                     counts.push((status, u64::try_from(n).unwrap_or(0)));
                 }
@@ -374,7 +374,7 @@ impl RunStore for SqliteRunStore {
                              AND owner = ?3 AND status = 'running'",
                         params![run.as_str(), to_i64(epoch), owner, until],
                     )
-                    .map_err(|e| storage("renew leases", &e))?;
+                    .map_err(|e| storage("renew leases", e))?;
                 if n == 1 {
                     renewed.push(run);
                 }
@@ -396,7 +396,7 @@ impl RunStore for SqliteRunStore {
                     |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
                 )
                 .optional()
-                .map_err(|e| storage("end a run", &e))?;
+                .map_err(|e| storage("end a run", e))?;
             let Some((status, held_epoch, suspension, owner)) = held else {
                 return Err(RunStoreError::NotFound { run });
             };
@@ -428,7 +428,7 @@ impl RunStore for SqliteRunStore {
                             ms
                         ],
                     )
-                    .map_err(|e| storage("end a run", &e))?;
+                    .map_err(|e| storage("end a run", e))?;
                     RunEvent::Ended {
                         status: *status,
                         error: None,
@@ -442,7 +442,7 @@ impl RunStore for SqliteRunStore {
                         ),
                         params![run.as_str(), error, ms],
                     )
-                    .map_err(|e| storage("end a run", &e))?;
+                    .map_err(|e| storage("end a run", e))?;
                     RunEvent::Ended {
                         status: RecordStatus::Failed,
                         error: Some(error.clone()),
@@ -453,7 +453,7 @@ impl RunStore for SqliteRunStore {
                         &format!("UPDATE runs SET status = 'queued', updated_at = ?2, {release} WHERE run_id = ?1"),
                         params![run.as_str(), ms],
                     )
-                    .map_err(|e| storage("end a run", &e))?;
+                    .map_err(|e| storage("end a run", e))?;
                     RunEvent::Released
                 }
                 Ending::Suspended { state, usage } => {
@@ -467,6 +467,7 @@ impl RunStore for SqliteRunStore {
                             run: run.clone(),
                             what: "suspended state",
                             detail: e.to_string(),
+                            source: Some(e.into()),
                         }
                     })?;
                     tx.execute(
@@ -484,7 +485,7 @@ impl RunStore for SqliteRunStore {
                             ms
                         ],
                     )
-                    .map_err(|e| storage("end a run", &e))?;
+                    .map_err(|e| storage("end a run", e))?;
                     let calls = waiting_calls_of(state);
                     for call in &calls {
                         let arguments = serde_json::to_string(&call.arguments).unwrap_or_default();
@@ -505,7 +506,7 @@ impl RunStore for SqliteRunStore {
                                 waiting_seal(key, &run, next, call)
                             ],
                         )
-                        .map_err(|e| storage("record waiting calls", &e))?;
+                        .map_err(|e| storage("record waiting calls", e))?;
                     }
                     RunEvent::Suspended {
                         suspension: next,
@@ -585,7 +586,7 @@ impl RunStore for SqliteRunStore {
                         decision_seal(key, call, &made)
                     ],
                 )
-                .map_err(|e| storage("decide", &e))?;
+                .map_err(|e| storage("decide", e))?;
                 note(
                     &tx,
                     &run,
@@ -609,7 +610,7 @@ impl RunStore for SqliteRunStore {
                     "UPDATE runs SET status = 'queued', updated_at = ?2 WHERE run_id = ?1",
                     params![run.as_str(), to_i64(at.as_millis())],
                 )
-                .map_err(|e| storage("decide", &e))?;
+                .map_err(|e| storage("decide", e))?;
             }
             commit(tx, "decide")?;
             Ok(Decided { decided, undecided })
@@ -632,7 +633,7 @@ impl RunStore for SqliteRunStore {
                     [run.as_str()],
                     |r| r.get(0),
                 )
-                .map_err(|e| storage("accept a file", &e))?;
+                .map_err(|e| storage("accept a file", e))?;
             let seal = Identity {
                 run_id: &run,
                 agent: &record.agent,
@@ -653,7 +654,7 @@ impl RunStore for SqliteRunStore {
                     to_i64(at.as_millis())
                 ],
             )
-            .map_err(|e| storage("accept a file", &e))?;
+            .map_err(|e| storage("accept a file", e))?;
             note(
                 &tx,
                 &run,
@@ -695,7 +696,7 @@ impl RunStore for SqliteRunStore {
                     |row| row.get(0),
                 )
                 .optional()
-                .map_err(|e| storage("write a run's journal", &e))?;
+                .map_err(|e| storage("write a run's journal", e))?;
             if held != Some(to_i64(epoch)) {
                 return Ok(false);
             }
@@ -704,11 +705,11 @@ impl RunStore for SqliteRunStore {
                     .prepare_cached(
                         "INSERT INTO run_journal (run_id, at, event) VALUES (?1, ?2, ?3)",
                     )
-                    .map_err(|e| storage("write a run's journal", &e))?;
+                    .map_err(|e| storage("write a run's journal", e))?;
                 for (at, text) in &texts {
                     insert
                         .execute(params![run.as_str(), at, text])
-                        .map_err(|e| storage("write a run's journal", &e))?;
+                        .map_err(|e| storage("write a run's journal", e))?;
                 }
             }
             commit(tx, "write a run's journal")?;

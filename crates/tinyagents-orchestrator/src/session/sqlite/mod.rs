@@ -90,13 +90,14 @@ impl SqliteSessionStore {
             .await
             .map_err(|error| SessionError::Store {
                 message: format!("opening {shown}: {error}"),
+                source: Some(error.into()),
             })?
     }
 
     /// Like [`Self::open`], on the calling thread (for synchronous hosts).
     pub fn open_blocking(path: &Path) -> Result<Self, SessionError> {
         let shown = path.display().to_string();
-        let classify = |error: rusqlite::Error| classify(&shown, &error);
+        let classify = |error: rusqlite::Error| classify(&shown, error);
         let mut conn = Connection::open(path).map_err(classify)?;
         conn.busy_timeout(Duration::from_secs(5))
             .map_err(classify)?;
@@ -130,6 +131,7 @@ impl SqliteSessionStore {
             return Err(SessionError::Corrupt {
                 path: shown,
                 message: check,
+                source: None,
             });
         }
         let mode: String = conn
@@ -138,6 +140,7 @@ impl SqliteSessionStore {
         if !mode.eq_ignore_ascii_case("wal") {
             return Err(SessionError::Store {
                 message: format!("{shown}: the file system does not allow WAL mode ({mode})"),
+                source: None,
             });
         }
         conn.execute_batch("PRAGMA synchronous = FULL;")
@@ -174,11 +177,11 @@ impl SqliteSessionStore {
                 .prepare(
                     "SELECT id FROM sessions WHERE parent_id IS NULL ORDER BY updated_at DESC, id",
                 )
-                .map_err(|error| classify(path, &error))?;
+                .map_err(|error| classify(path, error))?;
             let ids = statement
                 .query_map([], |row| row.get::<_, String>(0))
                 .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())
-                .map_err(|error| classify(path, &error))?;
+                .map_err(|error| classify(path, error))?;
             Ok(ids.into_iter().map(SessionId::from).collect())
         })
         .await
@@ -194,18 +197,21 @@ impl SqliteSessionStore {
             .await
             .map_err(|error| SessionError::Store {
                 message: format!("session store task failed: {error}"),
+                source: Some(error.into()),
             })?
     }
 }
 
-fn classify(path: &str, error: &rusqlite::Error) -> SessionError {
+fn classify(path: &str, error: rusqlite::Error) -> SessionError {
     match error.sqlite_error_code() {
         Some(ErrorCode::NotADatabase | ErrorCode::DatabaseCorrupt) => SessionError::Corrupt {
             path: path.to_owned(),
             message: error.to_string(),
+            source: Some(error.into()),
         },
         _ => SessionError::Store {
             message: format!("{path}: {error}"),
+            source: Some(error.into()),
         },
     }
 }

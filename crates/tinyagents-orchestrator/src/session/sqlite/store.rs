@@ -38,7 +38,7 @@ fn decode(conn: &Connection, path: &str, row: Row) -> Result<SessionRecord, Sess
             supported: SESSION_FORMAT,
         });
     }
-    let classify = |error: rusqlite::Error| classify(path, &error);
+    let classify = |error: rusqlite::Error| classify(path, error);
     let mut statement = conn
         .prepare_cached("SELECT messages FROM session_messages WHERE session_id = ?1 ORDER BY seq")
         .map_err(classify)?;
@@ -53,6 +53,7 @@ fn decode(conn: &Connection, path: &str, row: Row) -> Result<SessionRecord, Sess
             serde_json::from_str(text).map_err(|error| SessionError::Corrupt {
                 path: path.to_owned(),
                 message: format!("session {id} cannot be read: {error}"),
+                source: Some(error.into()),
             })?;
         if messages.is_empty() {
             messages = batch;
@@ -74,6 +75,7 @@ fn decode(conn: &Connection, path: &str, row: Row) -> Result<SessionRecord, Sess
 fn encode(id: &SessionId, messages: &[Message]) -> Result<String, SessionError> {
     serde_json::to_string(messages).map_err(|error| SessionError::Store {
         message: format!("session {id} cannot be encoded: {error}"),
+        source: Some(error.into()),
     })
 }
 
@@ -109,11 +111,11 @@ impl SessionStore for SqliteSessionStore {
         let id = id.as_str().to_owned();
         self.with_conn(move |conn, path| {
             // One read transaction: the record and its rows of one write.
-            let tx = conn.transaction().map_err(|error| classify(path, &error))?;
+            let tx = conn.transaction().map_err(|error| classify(path, error))?;
             let row = tx
                 .prepare_cached(&format!("SELECT {COLUMNS} FROM sessions WHERE id = ?1"))
                 .and_then(|mut statement| statement.query_row(params![id], read_row).optional())
-                .map_err(|error| classify(path, &error))?;
+                .map_err(|error| classify(path, error))?;
             row.map(|row| decode(&tx, path, row)).transpose()
         })
         .await
@@ -127,7 +129,7 @@ impl SessionStore for SqliteSessionStore {
         let conversation = record.conversation.clone();
         let expected = record.revision;
         self.with_conn(move |conn, path| {
-            let classify = |error: rusqlite::Error| classify(path, &error);
+            let classify = |error: rusqlite::Error| classify(path, error);
             let tx = conn
                 .transaction_with_behavior(TransactionBehavior::Immediate)
                 .map_err(classify)?;
@@ -179,7 +181,7 @@ impl SessionStore for SqliteSessionStore {
         let text = encode(id, messages)?;
         let id = id.clone();
         self.with_conn(move |conn, path| {
-            let classify = |error: rusqlite::Error| classify(path, &error);
+            let classify = |error: rusqlite::Error| classify(path, error);
             let tx = conn
                 .transaction_with_behavior(TransactionBehavior::Immediate)
                 .map_err(classify)?;
@@ -228,7 +230,7 @@ impl SessionStore for SqliteSessionStore {
                         mark: u64::try_from(mark).unwrap_or(0),
                     })
                 })
-                .map_err(|error| classify(path, &error))
+                .map_err(|error| classify(path, error))
         })
         .await
     }
@@ -236,7 +238,7 @@ impl SessionStore for SqliteSessionStore {
     async fn children(&self, parent: &SessionId) -> Result<Vec<SessionRecord>, SessionError> {
         let parent = parent.as_str().to_owned();
         self.with_conn(move |conn, path| {
-            let tx = conn.transaction().map_err(|error| classify(path, &error))?;
+            let tx = conn.transaction().map_err(|error| classify(path, error))?;
             let rows: Vec<Row> = tx
                 .prepare(&format!(
                     "SELECT {COLUMNS} FROM sessions WHERE parent_id = ?1 ORDER BY id"
@@ -246,7 +248,7 @@ impl SessionStore for SqliteSessionStore {
                         .query_map(params![parent], read_row)?
                         .collect::<rusqlite::Result<_>>()
                 })
-                .map_err(|error| classify(path, &error))?;
+                .map_err(|error| classify(path, error))?;
             rows.into_iter().map(|row| decode(&tx, path, row)).collect()
         })
         .await
@@ -255,7 +257,7 @@ impl SessionStore for SqliteSessionStore {
     async fn delete(&self, id: &SessionId) -> Result<(), SessionError> {
         let id = id.as_str().to_owned();
         self.with_conn(move |conn, path| {
-            let classify = |error: rusqlite::Error| classify(path, &error);
+            let classify = |error: rusqlite::Error| classify(path, error);
             let tx = conn
                 .transaction_with_behavior(TransactionBehavior::Immediate)
                 .map_err(classify)?;

@@ -73,7 +73,7 @@ impl Writer {
         };
         let [insert, insert_fenced, settle, settle_fenced] = match statements.await {
             Ok(statements) => statements,
-            Err(error) => return Err(self.failed(fast, &error).await),
+            Err(error) => return Err(self.failed(fast, error).await),
         };
         let opening = self.txn.opened.is_none();
         let commit = fast
@@ -136,7 +136,7 @@ impl Writer {
         let (begun, written, committed) =
             driven(driver, async { tokio::join!(begin, writes, committing) }).await;
         if let Err(error) = begun {
-            return Err(self.failed(fast, &error).await);
+            return Err(self.failed(fast, error).await);
         }
         if opening {
             self.txn.opened = Some(std::time::Instant::now());
@@ -147,11 +147,11 @@ impl Writer {
                 Ok(count) => counts.push(count),
                 // The transaction is rolled back (a COMMIT behind a failed
                 // statement rolls back): nothing here was applied.
-                Err(error) => return Err(self.failed(fast, &error).await),
+                Err(error) => return Err(self.failed(fast, error).await),
             }
         }
         if let Err(error) = committed {
-            return Ok(self.commit_failed(fast, counts, &error));
+            return Ok(self.commit_failed(fast, counts, error));
         }
         Ok(self.answer_written(fast, counts, commit))
     }
@@ -201,10 +201,10 @@ impl Writer {
         &mut self,
         fast: Vec<Placed>,
         counts: Vec<u64>,
-        error: &tokio_postgres::Error,
+        error: tokio_postgres::Error,
     ) -> Vec<Placed> {
         let target = self.database.target().to_owned();
-        let lost = is_lost(error);
+        let lost = is_lost(&error);
         let err = if lost {
             self.conn = None;
             storage(
@@ -212,7 +212,7 @@ impl Writer {
                 format!(
                     "the connection to PostgreSQL at {target} was lost during the commit ({}); \
                      whether it was committed is unknown",
-                    crate::error::detail(error)
+                    crate::error::detail(&error)
                 ),
             )
         } else {
@@ -240,8 +240,8 @@ impl Writer {
     }
 
     /// Rolls the transaction back after `error` and hands back `fast`.
-    async fn failed(&mut self, fast: Vec<Placed>, error: &tokio_postgres::Error) -> Vec<Placed> {
-        let lost = is_lost(error) || self.conn.as_ref().is_none_or(|c| c.is_closed());
+    async fn failed(&mut self, fast: Vec<Placed>, error: tokio_postgres::Error) -> Vec<Placed> {
+        let lost = is_lost(&error) || self.conn.as_ref().is_none_or(|c| c.is_closed());
         let err = describe(self.database.target(), "pipeline", error);
         self.abort(&err, lost).await;
         fast
