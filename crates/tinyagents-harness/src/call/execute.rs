@@ -147,7 +147,11 @@ impl<'e> CallEnv<'e> {
         drop(span);
         if let Some(runner) = nested {
             let (summary, abandoned) = runner.finish_parent(&call_id);
-            runner.report_abandoned(abandoned).await;
+            if !abandoned.is_empty() {
+                // Boxed: rare, and its events' future would otherwise size
+                // every call's future (and every loop future moved with it).
+                Box::pin(runner.report_abandoned(abandoned)).await;
+            }
             if let (Some(summary), Ok(result)) = (summary, result.as_mut()) {
                 attach_summary(result, summary);
             }

@@ -2,6 +2,8 @@
 //! their tools, and a delegated run abandoned by its caller's recovery.
 
 use tinyagents_core::{CancellationToken, RunId, TinyAgentsError};
+#[cfg(doc)]
+use tinyagents_ledger::EffectLedger;
 use tinyagents_ledger::RunState;
 
 use crate::call::{Reconciliation, Redaction, Sweep, guarded, state_error};

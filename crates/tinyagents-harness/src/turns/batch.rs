@@ -5,6 +5,7 @@
 
 use std::sync::Arc;
 
+use futures_util::FutureExt;
 use futures_util::future::BoxFuture;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use tinyagents_core::ToolCall;
@@ -176,11 +177,13 @@ impl Run<'_> {
             .into_iter()
             .map(|(index, call, entry, args_hash, provider_id)| {
                 let runner = runner.as_ref();
-                let future: BoxFuture<'_, Done> = Box::pin(async move {
-                    let ids = (args_hash, provider_id);
-                    let outcome = self.run_one(call, entry, ids, runner).await;
-                    Done::Call(index, outcome)
-                });
+                // The call's future itself, mapped: an `async` block would
+                // keep the call beside it.
+                let ids = (args_hash, provider_id);
+                let future: BoxFuture<'_, Done> = Box::pin(
+                    self.run_one(call, entry, ids, runner)
+                        .map(move |outcome| Done::Call(index, outcome)),
+                );
                 future
             })
             .collect();
