@@ -136,3 +136,72 @@ async fn i32_redaction_still_scrubs_through_pass_through_middlewares_on_every_ca
     let transcript = serde_json::to_string(&result.messages).unwrap();
     assert!(!transcript.contains(SECRET), "{transcript}");
 }
+
+/// Counts `after_tool` only, and marks each result it sees.
+struct AfterToolOnly {
+    after_tool: AtomicUsize,
+}
+
+#[async_trait]
+impl Middleware for AfterToolOnly {
+    fn name(&self) -> &str {
+        "after-tool-only"
+    }
+
+    async fn after_tool(
+        &self,
+        _ctx: &mut RunContext,
+        _state: &State,
+        _call: &ToolCall,
+        result: &mut ToolResult,
+    ) -> Result<(), TinyAgentsError> {
+        self.after_tool.fetch_add(1, Ordering::SeqCst);
+        result.content.push_str(" [seen]");
+        Ok(())
+    }
+}
+
+/// The seams of the mask: the marks live with the harness, so a resumed
+/// segment of the same harness skips the provided hooks its first segment
+/// marked, while the one hook the middleware implements still runs on the
+/// approved call (and rewrites what the model reads).
+#[tokio::test]
+async fn i32_an_implemented_hook_runs_after_a_resume_though_the_provided_ones_are_marked() {
+    let counting = Arc::new(AfterToolOnly {
+        after_tool: AtomicUsize::new(0),
+    });
+    let read = read_tool("echo");
+    let deploy = deploy_tool();
+    let model = script(vec![
+        turn(&[probe_call("echo", "a")]),
+        turn(&[probe_call("deploy", "prod")]),
+        ChatResponse::text("done"),
+    ]);
+    let harness = build(&model, &[read.clone(), deploy.clone()], |b| {
+        b.middleware(counting.clone())
+    });
+    let first = harness.run("go").await.unwrap();
+    assert_eq!(first.status, RunStatus::AwaitingApproval);
+    assert_eq!(counting.after_tool.load(Ordering::SeqCst), 1);
+    let suspended = first.suspended.clone().expect("suspended");
+    let decisions: Vec<ApprovalDecision> = suspended.pending().map(|p| p.approve()).collect();
+    let resumed = harness
+        .resume(
+            suspended,
+            &decisions,
+            Default::default(),
+            &EventSink::none(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(resumed.status, RunStatus::Completed);
+    assert_eq!(calls_of(&deploy), 1);
+    assert_eq!(counting.after_tool.load(Ordering::SeqCst), 2);
+    let results = tool_results(&resumed.messages);
+    assert!(
+        results
+            .iter()
+            .all(|(_, content, _)| content.ends_with(" [seen]")),
+        "{results:?}"
+    );
+}
