@@ -8,10 +8,10 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use tinyagents_core::RunId;
-use tinyagents_runs::{JournalEntry, RunQuery, WaitingCall};
+use tinyagents_runs::{JournalEntry, WaitingCall};
 
 use super::{
-    PageError, PageResult, Shared, framed, journaled_arguments, json_block, whole_journal,
+    PageError, PageResult, Shared, all_runs, framed, journaled_arguments, json_block, whole_journal,
 };
 use crate::console::Inner;
 use crate::html::{esc, url_part};
@@ -122,12 +122,7 @@ pub(crate) fn decision_form(
 
 /// The latest decisions across the runs that waited.
 async fn recent_decisions(inner: &Inner, body: &mut String) -> Result<(), PageError> {
-    let runs = inner
-        .stores
-        .runs
-        .list(&RunQuery::default().limit(u32::MAX))
-        .await
-        .map_err(|e| PageError::store("the runs", &e))?;
+    let runs = all_runs(inner).await?;
     let mut decided = Vec::new();
     for record in runs
         .iter()

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use axum::http::StatusCode;
 use axum::response::{Html, IntoResponse, Response};
 use tinyagents_core::{AgentEvent, CallId, RunId};
-use tinyagents_runs::{JournalEntry, RecordStatus, RunRecord};
+use tinyagents_runs::{JournalEntry, RecordStatus, RunQuery, RunRecord};
 
 use crate::console::Inner;
 use crate::html::{self, Frame};
@@ -102,6 +102,16 @@ pub(crate) fn top_run(run: &RunId) -> RunId {
         run = parent;
     }
     run
+}
+
+/// Every run the store holds.
+pub(crate) async fn all_runs(inner: &Inner) -> Result<Vec<RunRecord>, PageError> {
+    inner
+        .stores
+        .runs
+        .list(&RunQuery::default().limit(u32::MAX))
+        .await
+        .map_err(|e| PageError::store("the runs", &e))
 }
 
 /// The calls in doubt across runs, without the calls in flight of runs

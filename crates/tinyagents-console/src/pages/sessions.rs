@@ -7,20 +7,14 @@ use std::fmt::Write as _;
 use axum::extract::Path;
 use tinyagents_core::SessionId;
 use tinyagents_orchestrator::{ChatRole, SessionRecord};
-use tinyagents_runs::RunQuery;
 
-use super::{PageError, PageResult, Shared, framed};
+use super::{PageError, PageResult, Shared, all_runs, framed};
 use crate::html::{esc, url_part};
 
 /// `GET /sessions`.
 pub(crate) async fn list(state: Shared) -> PageResult {
     let inner = state.0;
-    let runs = inner
-        .stores
-        .runs
-        .list(&RunQuery::default().limit(u32::MAX))
-        .await
-        .map_err(|e| PageError::store("the runs", &e))?;
+    let runs = all_runs(&inner).await?;
     let sessions: BTreeSet<&str> = runs.iter().filter_map(|r| r.session.as_deref()).collect();
     let mut body = String::from("<h1>Sessions</h1>\n");
     if sessions.is_empty() {
