@@ -106,6 +106,23 @@ impl CheckpointEntry for UnencodedEntry {
     }
 }
 
+impl Entry<'_> {
+    /// The entry with its own copies of what it borrowed.
+    fn into_owned(self) -> Entry<'static> {
+        Entry {
+            from: self.from,
+            messages: Cow::Owned(self.messages.into_owned()),
+            turn: self.turn,
+            calls_issued: self.calls_issued,
+            usage: self.usage,
+            values: Cow::Owned(self.values.into_owned()),
+            budget: self.budget,
+            active_ms: self.active_ms,
+            replay_blocked: Cow::Owned(self.replay_blocked.into_owned()),
+        }
+    }
+}
+
 fn no_values(values: &Map<String, Value>) -> bool {
     values.is_empty()
 }
@@ -191,18 +208,7 @@ impl<'h> Run<'h> {
     /// that would outweigh the base.
     fn next_entry(&self, replay_blocked: &[CallId]) -> Option<Result<Vec<u8>, String>> {
         let cursor = self.extending_cursor()?;
-        let messages = &self.state.messages;
-        let entry = Entry {
-            from: cursor.persisted,
-            messages: Cow::Borrowed(&messages[cursor.persisted..]),
-            turn: self.state.turn,
-            calls_issued: self.state.calls_issued,
-            usage: self.state.usage,
-            values: Cow::Borrowed(&self.state.values),
-            budget: self.ctx.tracker().counts(),
-            active_ms: self.active_ms(),
-            replay_blocked: Cow::Borrowed(replay_blocked),
-        };
+        let entry = self.entry(cursor, replay_blocked);
         let mut bytes = Vec::with_capacity(cursor.last_entry_bytes.next_power_of_two());
         if let Err(error) = serde_json::to_writer(&mut bytes, &entry) {
             return Some(Err(error.to_string()));
@@ -237,17 +243,25 @@ impl<'h> Run<'h> {
     /// entries hold each message once.
     fn unencoded_entry(&self, replay_blocked: &[CallId]) -> Option<UnencodedEntry> {
         let cursor = self.extending_cursor()?;
-        Some(UnencodedEntry(Entry {
+        Some(UnencodedEntry(
+            self.entry(cursor, replay_blocked).into_owned(),
+        ))
+    }
+
+    /// The entry this turn appends after `cursor`: the messages added since,
+    /// borrowed from the transcript, and the run's counters as they are now.
+    fn entry<'a>(&'a self, cursor: &CheckpointCursor, replay_blocked: &'a [CallId]) -> Entry<'a> {
+        Entry {
             from: cursor.persisted,
-            messages: Cow::Owned(self.state.messages[cursor.persisted..].to_vec()),
+            messages: Cow::Borrowed(&self.state.messages[cursor.persisted..]),
             turn: self.state.turn,
             calls_issued: self.state.calls_issued,
             usage: self.state.usage,
-            values: Cow::Owned(self.state.values.clone()),
+            values: Cow::Borrowed(&self.state.values),
             budget: self.ctx.tracker().counts(),
             active_ms: self.active_ms(),
-            replay_blocked: Cow::Owned(replay_blocked.to_vec()),
-        }))
+            replay_blocked: Cow::Borrowed(replay_blocked),
+        }
     }
 
     /// An unencoded entry was appended.

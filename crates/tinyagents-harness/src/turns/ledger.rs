@@ -34,46 +34,28 @@ impl<'h> Run<'h> {
                 *hash = Some(call_hash(redaction, &call.arguments));
             }
         }
-        let admitted = slots
-            .iter()
-            .filter(|slot| matches!(slot, Slot::Run { .. }))
-            .count();
-        if admitted == 1 {
-            // The common turn: one call, its row written directly.
-            let Some(at) = slots.iter().position(|s| matches!(s, Slot::Run { .. })) else {
+        let first = slots.iter().position(|slot| slot.start_of().is_some());
+        let alone = first.filter(|&at| slots[at + 1..].iter().all(|s| s.start_of().is_none()));
+        if let Some(at) = alone {
+            // The common turn, one call: its row written directly.
+            let Some((call, entry, hash, replay)) = slots[at].start_of() else {
                 return;
             };
-            let start = match &slots[at] {
-                Slot::Run {
+            let start = harness
+                .calls
+                .start_row(
+                    &self.ctx,
+                    &self.events,
                     call,
                     entry,
-                    args_hash: Some(hash),
+                    hash.to_owned(),
                     replay,
-                    ..
-                } => {
-                    harness
-                        .calls
-                        .start_row(&self.ctx, &self.events, call, entry, hash.clone(), *replay)
-                        .await
-                }
-                _ => return,
-            };
+                )
+                .await;
             self.apply_start(&mut slots[at], start).await;
             return;
         }
-        let group: Vec<StartOf<'_>> = slots
-            .iter()
-            .filter_map(|slot| match slot {
-                Slot::Run {
-                    call,
-                    entry,
-                    args_hash: Some(hash),
-                    replay,
-                    ..
-                } => Some((call, *entry, hash.as_str(), *replay)),
-                _ => None,
-            })
-            .collect();
+        let group: Vec<StartOf<'_>> = slots.iter().filter_map(Slot::start_of).collect();
         let starts = harness
             .calls
             .start_group(&self.ctx, &self.events, &group)
@@ -81,7 +63,7 @@ impl<'h> Run<'h> {
         drop(group);
         let mut starts = starts.into_iter();
         for slot in slots.iter_mut() {
-            if !matches!(slot, Slot::Run { .. }) {
+            if slot.start_of().is_none() {
                 continue;
             }
             let Some(start) = starts.next() else {
@@ -92,22 +74,26 @@ impl<'h> Run<'h> {
     }
 
     /// What the ledger's answer to a call's start makes of its slot: it
-    /// runs, or it is answered without running (recorded, or refused).
+    /// runs, or it is answered without running (recorded, or refused) and
+    /// its call moves out of the slot into the answer.
     async fn apply_start(&self, slot: &mut Slot<'h>, start: Start) {
-        if matches!(start, Start::Run) {
+        let answer = match start {
+            Start::Run => return,
+            Start::Recorded(result) => Ok(result),
+            Start::Refused(text) => Err(text),
+        };
+        if !matches!(slot, Slot::Run { .. }) {
             return;
         }
-        // Answered without running: the call moves out of its slot.
         let Slot::Run { call, .. } = std::mem::replace(slot, Slot::Vacant) else {
             return;
         };
-        *slot = match start {
-            Start::Recorded(result) => Slot::Recorded { call, result },
-            Start::Refused(text) => {
+        *slot = match answer {
+            Ok(result) => Slot::Recorded { call, result },
+            Err(text) => {
                 let refusal = TinyAgentsError::tool_failed(call.name.clone(), text);
                 self.refused_slot(call, &refusal).await
             }
-            Start::Run => return,
         };
     }
 }

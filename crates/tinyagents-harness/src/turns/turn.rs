@@ -69,6 +69,21 @@ impl<'h> Slot<'h> {
         }
     }
 
+    /// The started row this slot's call needs (call, tool, hash, replay
+    /// class), when it is an admitted call with a ledger's hash.
+    pub(crate) fn start_of(&self) -> Option<crate::call::StartOf<'_>> {
+        match self {
+            Slot::Run {
+                call,
+                entry,
+                args_hash: Some(hash),
+                replay,
+                ..
+            } => Some((call, *entry, hash.as_str(), *replay)),
+            _ => None,
+        }
+    }
+
     /// Whether this admitted call may overlap other concurrency-safe calls.
     pub(crate) fn runs_shared(&self, harness: &crate::harness::AgentHarness) -> bool {
         matches!(self, Slot::Run { entry, .. } if harness.calls.runs_shared(entry))
