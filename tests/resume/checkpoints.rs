@@ -425,3 +425,51 @@ async fn i11_6_a_run_suspended_after_many_turns_resumes_against_its_incremental_
     assert_eq!(resumed.status, RunStatus::Completed);
     assert_eq!(calls_of(&wire), 1);
 }
+
+/// Issue 32: a memory ledger keeps each turn's checkpoint entry as a value
+/// (no JSON per turn, no compaction) and encodes it only when it is read;
+/// a recovery from it is as exact as from the encoded entries, and the
+/// checkpoint it reads back is the one the encoded path stores.
+#[tokio::test]
+async fn i32_a_memory_ledger_keeps_entries_unencoded_and_a_recovery_from_it_is_exact() {
+    let turns = 40;
+    let ledger = Arc::new(MemoryLedger::new());
+    assert!(ledger.keeps_entries_unencoded());
+    let run_id = crash_at_hang(turns, ledger.clone(), None).await;
+    let kept = ledger.load_checkpoint(&run_id).await.unwrap().unwrap();
+    // One base, then one entry a turn: nothing compacted.
+    assert_eq!(kept.appended.len(), turns);
+
+    // The same run on the encoded path (the recorder hands bytes on).
+    let recorder = Recorder::new(None, None);
+    let encoded_run = crash_at_hang(turns, recorder.ledger(), None).await;
+    let encoded = recorder
+        .ledger()
+        .load_checkpoint(&encoded_run)
+        .await
+        .unwrap()
+        .unwrap();
+    let messages = |checkpoint: &tinyagents::ledger::Checkpoint| {
+        let mut held: Vec<Value> = Vec::new();
+        let base: Value = serde_json::from_slice(&checkpoint.data).unwrap();
+        held.extend(
+            base["state"]["messages"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .cloned(),
+        );
+        for entry in &checkpoint.appended {
+            let entry: Value = serde_json::from_slice(entry).unwrap();
+            held.extend(entry["messages"].as_array().unwrap().iter().cloned());
+        }
+        held
+    };
+    assert_eq!(messages(&kept), messages(&encoded));
+
+    let recovered = recover(ledger, &run_id).await.unwrap();
+    assert_eq!(recovered.status, RunStatus::Completed);
+    let expected = reference_prefix(turns, None).await;
+    assert_eq!(recovered.messages[..expected.len()], expected[..]);
+    assert_eq!(recovered.budget.tool_calls as usize, turns + 1);
+}
