@@ -126,28 +126,60 @@ impl<'a> Next<'a> {
                     catch_unwind(AssertUnwindSafe(|| {
                         tool.execute_with_context(call.arguments, ctx.opts, Some(ctx.tool_context))
                     }));
-                Either::Right(async move {
-                    let ran = match built {
-                        Ok(future) => AssertUnwindSafe(future).catch_unwind().await,
-                        Err(panic) => Err(panic),
-                    };
-                    match ran {
-                        Ok(result) => result.map_err(|error| tool_error(ctx, &error)),
-                        Err(panic) => {
-                            // The tool that panicked is the onion's own.
-                            let name = ctx.spec.name.clone();
-                            let text =
-                                format!("tool '{name}' panicked: {}", panic_text(panic.as_ref()));
-                            Err(if ctx.detailed_errors {
-                                TinyAgentsError::tool_failed(name, text)
-                            } else {
-                                let message = withheld(&name);
-                                TinyAgentsError::tool_failed_withheld(name, message, text)
-                            })
-                        }
-                    }
-                })
+                Either::Right(tool_outcome(ctx, built))
             }
+        }
+    }
+
+    /// [`run`](Next::run) for a call the caller keeps: without layers left,
+    /// the tool reads the arguments where they lie
+    /// ([`Tool::execute_borrowed`]); a layer gets its own copy of the call.
+    pub fn run_borrowed<'c, 'd>(
+        self,
+        ctx: &'c ToolCallContext<'d>,
+        call: &ToolCall,
+    ) -> impl Future<Output = Result<ToolResult, TinyAgentsError>> + Send + use<'a, 'c, 'd>
+    where
+        'a: 'c,
+        'd: 'c,
+    {
+        use futures_util::future::Either;
+        if self.rest.is_empty() {
+            let tool = self.tool;
+            let built: Result<Building<'c, anyhow::Error>, _> =
+                catch_unwind(AssertUnwindSafe(|| {
+                    tool.execute_borrowed(&call.arguments, ctx.opts, Some(ctx.tool_context))
+                }));
+            Either::Left(tool_outcome(ctx, built))
+        } else {
+            Either::Right(self.run(ctx, call.clone()))
+        }
+    }
+}
+
+/// What the onion's tool answered: its result, its raised error as the
+/// call's failure, or a panic (while its future was built or while it ran)
+/// as the call's failure naming the tool.
+async fn tool_outcome<'c>(
+    ctx: &'c ToolCallContext<'_>,
+    built: std::thread::Result<Building<'c, anyhow::Error>>,
+) -> Result<ToolResult, TinyAgentsError> {
+    let ran = match built {
+        Ok(future) => AssertUnwindSafe(future).catch_unwind().await,
+        Err(panic) => Err(panic),
+    };
+    match ran {
+        Ok(result) => result.map_err(|error| tool_error(ctx, &error)),
+        Err(panic) => {
+            // The tool that panicked is the onion's own.
+            let name = ctx.spec.name.clone();
+            let text = format!("tool '{name}' panicked: {}", panic_text(panic.as_ref()));
+            Err(if ctx.detailed_errors {
+                TinyAgentsError::tool_failed(name, text)
+            } else {
+                let message = withheld(&name);
+                TinyAgentsError::tool_failed_withheld(name, message, text)
+            })
         }
     }
 }

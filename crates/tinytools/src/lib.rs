@@ -19,7 +19,9 @@ pub use args::{ArgumentError, InvalidArgsPolicy, cut, prepare_arguments, prepare
 pub use registry::{ModelDispatch, RegisteredTool, RegistryError, ToolRegistry};
 pub use spec::{SideEffects, ToolErrorPolicy, ToolReplay, ToolSpec};
 pub use tinyagents_core::IdempotencyKey;
-pub use tool::{ProgressSink, Reconciled, Tool, ToolCallOptions, ToolProgress, ToolRunContext};
+pub use tool::{
+    ProgressSink, Reconciled, Tool, ToolCallOptions, ToolFuture, ToolProgress, ToolRunContext,
+};
 pub use typed::{ArgsOnly, FnTool, IntoToolResult, ToolHandler, WithContext};
 
 #[cfg(test)]

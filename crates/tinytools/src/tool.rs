@@ -11,6 +11,10 @@ use tinyagents_core::{AgentId, CallId, CancellationToken, IdempotencyKey, RunId,
 
 use crate::spec::ToolSpec;
 
+/// A tool's running call, as [`Tool::execute_borrowed`] returns it.
+pub type ToolFuture<'a> =
+    std::pin::Pin<Box<dyn std::future::Future<Output = anyhow::Result<ToolResult>> + Send + 'a>>;
+
 /// A tool the model (or another tool) can call. Shared as `Arc<dyn Tool>`.
 #[async_trait]
 pub trait Tool: Send + Sync + 'static {
@@ -28,6 +32,23 @@ pub trait Tool: Send + Sync + 'static {
         opts: ToolCallOptions,
         context: Option<&ToolRunContext>,
     ) -> anyhow::Result<ToolResult>;
+
+    /// Runs one call whose arguments the caller keeps: the harness calls
+    /// this, so the transcript's copy of a call's arguments is the only one.
+    ///
+    /// The returned future must not borrow `args`: a tool reads them while
+    /// the future is built (a typed tool parses them there) and owns what
+    /// it keeps. The default gives a copy to
+    /// [`execute_with_context`](Tool::execute_with_context), so a tool that
+    /// implements only that method behaves exactly as before.
+    fn execute_borrowed<'a>(
+        &'a self,
+        args: &Value,
+        opts: ToolCallOptions,
+        context: Option<&'a ToolRunContext>,
+    ) -> ToolFuture<'a> {
+        self.execute_with_context(args.clone(), opts, context)
+    }
 
     /// Whether calls may overlap other concurrency-safe calls. Defaults to
     /// the spec's flag.

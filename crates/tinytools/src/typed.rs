@@ -15,7 +15,7 @@ use serde_json::Value;
 use tinyagents_core::ToolResult;
 
 use crate::spec::ToolSpec;
-use crate::tool::{Reconciled, Tool, ToolCallOptions, ToolRunContext};
+use crate::tool::{Reconciled, Tool, ToolCallOptions, ToolFuture, ToolRunContext};
 
 /// What a tool function may return: any `Serialize` value.
 ///
@@ -250,23 +250,20 @@ impl<A, H> FnTool<A, H> {
     }
 }
 
-#[async_trait]
-impl<A, H> Tool for FnTool<A, H>
+impl<A, H> FnTool<A, H>
 where
     A: DeserializeOwned + Send + 'static,
     H: ToolHandler<A>,
 {
-    fn spec(&self) -> &ToolSpec {
-        &self.spec
-    }
-
-    async fn execute_with_context(
+    /// Calls the function with arguments parsed by the caller: a misfit is
+    /// the model's to read, a missing context or a result that does not
+    /// serialise is raised.
+    async fn run_parsed(
         &self,
-        args: Value,
-        _opts: ToolCallOptions,
+        parsed: Result<A, serde_json::Error>,
         context: Option<&ToolRunContext>,
     ) -> anyhow::Result<ToolResult> {
-        let parsed: A = match serde_json::from_value(args) {
+        let parsed = match parsed {
             Ok(parsed) => parsed,
             Err(e) => {
                 return Ok(ToolResult::error(format!(
@@ -287,6 +284,38 @@ where
                 self.spec.name
             )
         })
+    }
+}
+
+#[async_trait]
+impl<A, H> Tool for FnTool<A, H>
+where
+    A: DeserializeOwned + Send + 'static,
+    H: ToolHandler<A>,
+{
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    async fn execute_with_context(
+        &self,
+        args: Value,
+        _opts: ToolCallOptions,
+        context: Option<&ToolRunContext>,
+    ) -> anyhow::Result<ToolResult> {
+        let parsed = serde_json::from_value(args);
+        self.run_parsed(parsed, context).await
+    }
+
+    /// Parses `args` where they lie (no copy) before the future is built.
+    fn execute_borrowed<'a>(
+        &'a self,
+        args: &Value,
+        _opts: ToolCallOptions,
+        context: Option<&'a ToolRunContext>,
+    ) -> ToolFuture<'a> {
+        let parsed = A::deserialize(args);
+        Box::pin(self.run_parsed(parsed, context))
     }
 
     async fn reconcile(&self, context: &ToolRunContext) -> anyhow::Result<Reconciled> {

@@ -46,6 +46,10 @@ pub(crate) enum Scope<'a> {
         state: &'a State,
         /// The call's place in its turn.
         position: usize,
+        /// Its arguments were found ready as sent
+        /// ([`CallPath::ready_as_sent`]): the arguments stage has nothing
+        /// to do.
+        ready: bool,
     },
     /// Made by a running tool through `ToolExecutionContext::call_tool`.
     Nested {
@@ -350,6 +354,9 @@ impl CallPath {
             },
             Stage::Arguments => {
                 let entry = a.entry.ok_or_else(|| Stop::Refuse(before_lookup()))?;
+                if matches!(scope, Scope::Model { ready: true, .. }) {
+                    return Ok(());
+                }
                 // The call gives its arguments up to the tool, unless a
                 // refusal's event may still show them.
                 let prepared = if events.is_active() && events.captures() {

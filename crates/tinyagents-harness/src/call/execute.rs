@@ -41,7 +41,7 @@ impl<'e> CallEnv<'e> {
     /// Runs one call through the onion under its timeout.
     pub(crate) async fn execute_call(
         self,
-        call: ToolCall,
+        call: &ToolCall,
         entry: &RegisteredTool,
         site: CallSite<'_>,
     ) -> CallOutcome {
@@ -87,7 +87,7 @@ impl<'e> CallEnv<'e> {
             parent: parent_span,
             run: self.shared,
         };
-        let span = tool_span.open(self.events, || self.events.redaction().arguments(&call));
+        let span = tool_span.open(self.events, || self.events.redaction().arguments(call));
         let extension = Arc::new(ToolExecutionContext::new(
             Some(runner),
             call_id.clone(),
@@ -110,7 +110,8 @@ impl<'e> CallEnv<'e> {
             opts: ToolCallOptions::with_timeout(timeout),
             detailed_errors: harness.detailed_errors,
         };
-        let onion = Next::new(&harness.wraps, entry.tool().as_ref()).run(&wrap_context, call);
+        let onion =
+            Next::new(&harness.wraps, entry.tool().as_ref()).run_borrowed(&wrap_context, call);
         let guarded = AssertUnwindSafe(onion)
             .catch_unwind()
             .instrument(span.clone());
@@ -170,24 +171,23 @@ impl<'e> CallEnv<'e> {
     /// doubt.
     ///
     /// Not an `async fn`: the call's execution is made first and moved into
-    /// the future whole, so the call is not also kept beside it.
+    /// the future whole.
     pub(crate) fn run_call<'a>(
         self,
-        call: ToolCall,
+        call: &'a ToolCall,
         entry: &'a RegisteredTool,
         site: CallSite<'a>,
     ) -> impl std::future::Future<Output = CallOutcome> + use<'a, 'e>
     where
         'e: 'a,
     {
-        let id = call.id.clone();
         // `then` keeps the execution and the row's write in one slot, one
         // after the other (an `async` block would keep the execution twice:
         // as its capture and as what it awaits).
         self.execute_call(call, entry, site)
             .then(move |outcome| async move {
                 self.path
-                    .record(self.ctx, self.events, &id, entry.spec(), &outcome)
+                    .record(self.ctx, self.events, &call.id, entry.spec(), &outcome)
                     .await;
                 outcome
             })

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use serde_json::{Map, Value};
 use std::time::Duration;
 
-use tinyagents_core::{AgentId, ToolDefinition};
+use tinyagents_core::{AgentId, ToolCall, ToolDefinition};
 use tinyagents_ledger::{EffectLedger, LedgerFailure};
 use tinyagents_middleware::{SecurityGate, ToolMiddleware};
 use tinytools::{InvalidArgsPolicy, RegisteredTool, ToolRegistry};
@@ -49,6 +49,21 @@ impl CallPath {
             return None;
         }
         self.tools.model_dispatch().get(name)
+    }
+
+    /// The tool of a model-issued call whose arguments it takes as the
+    /// model sent them: JSON (no text to parse) already within depth (the
+    /// turn confined it), an object that fits the schema, and nothing to
+    /// inject. Admission then leaves the arguments where they are (its
+    /// arguments stage would give back the same value); `None` for any
+    /// other call, which admission prepares.
+    pub(crate) fn ready_as_sent(&self, call: &ToolCall) -> Option<&RegisteredTool> {
+        if call.raw_arguments.is_some() || !call.arguments.is_object() {
+            return None;
+        }
+        let entry = self.lookup(&call.name)?;
+        let ready = entry.spec().injected.is_empty() && entry.validate(&call.arguments).is_ok();
+        ready.then_some(entry)
     }
 
     /// Whether a call of `entry` may overlap other concurrency-safe calls.

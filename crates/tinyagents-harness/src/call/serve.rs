@@ -6,9 +6,7 @@
 
 use std::sync::Arc;
 
-use serde_json::Value;
 use tinyagents_core::{CallId, TinyAgentsError, ToolCall};
-use tinyagents_middleware::Hook;
 
 use super::ToolSpan;
 use super::nested::{NestedRequest, NestedRunner, NestedStatus};
@@ -88,13 +86,6 @@ impl CallEnv<'_> {
         if let Some(kind) = kind {
             runner.admitted(&id, kind);
         }
-        // Settlement sees the call after it ran; copy its arguments only
-        // when a middleware will look at them.
-        let settled_call = if !path.middlewares.any(Hook::ObserveNestedResult) {
-            ToolCall::new(id.clone(), call.name.clone(), Value::Null)
-        } else {
-            call.clone()
-        };
         let replayed = recorded.is_some();
         let outcome = match recorded {
             // Settled before a crash: answered from its row, not run again.
@@ -108,10 +99,10 @@ impl CallEnv<'_> {
                     parent_span: Some(&parent_span),
                 };
                 // Made inside the `select!`, so this future holds the call's
-                // once (a local moved into it would be kept twice).
+                // execution once; the call is only lent to it.
                 tokio::select! {
                     biased;
-                    outcome = self.execute_call(call, entry, site) => Some(outcome),
+                    outcome = self.execute_call(&call, entry, site) => Some(outcome),
                     () = reply.closed() => None,
                 }
             }
@@ -132,10 +123,7 @@ impl CallEnv<'_> {
             state: self.state,
             runner,
         };
-        match path
-            .settle(scope, self.events, &settled_call, outcome)
-            .await
-        {
+        match path.settle(scope, self.events, &call, outcome).await {
             Settlement::Answered { result, error } => {
                 let _ = reply.send(error.map_or(Ok(result), Err));
             }
@@ -143,7 +131,7 @@ impl CallEnv<'_> {
             Settlement::Claimed => {}
             Settlement::Deferred(reason) => {
                 let _ = reply.send(Err(TinyAgentsError::ApprovalRequired {
-                    tool: settled_call.name,
+                    tool: call.name,
                     reason,
                 }));
             }

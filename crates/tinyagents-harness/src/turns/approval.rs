@@ -138,6 +138,8 @@ impl<'h> Run<'h> {
             ctx: &mut self.ctx,
             state: &self.state,
             position,
+            // Approved arguments are prepared again, whatever they were.
+            ready: false,
         };
         match harness.calls.admit(scope, &self.events, call).await {
             Admission::Run(admitted) => Slot::admitted(admitted),

@@ -9,7 +9,6 @@ use futures_util::FutureExt;
 use futures_util::future::BoxFuture;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use tinyagents_core::ToolCall;
-use tinyagents_middleware::Hook;
 use tinytools::RegisteredTool;
 use tokio::sync::mpsc;
 
@@ -22,7 +21,7 @@ use crate::call::{CallOutcome, CallSite};
 /// its provider's id.
 type Work<'a> = (
     usize,
-    ToolCall,
+    &'a ToolCall,
     &'a RegisteredTool,
     Option<&'a str>,
     Option<&'a str>,
@@ -105,43 +104,21 @@ impl Run<'_> {
         else {
             return;
         };
+        let call: &ToolCall = call;
         self.events.started(call).await;
-        let runs = self.call_to_run(call);
         let provider_id = call.provider_id.as_deref();
         // The call's future is made inside the `select!`, so the run's
         // future holds it once (an argument passed down would be kept
-        // twice).
+        // twice). The call stays in its slot, lent to its execution.
         let done = tokio::select! {
             biased;
-            done = self.run_one(runs, entry, (args_hash.as_deref(), provider_id), None) => {
+            done = self.run_one(call, entry, (args_hash.as_deref(), provider_id), None) => {
                 // Cancellation wins a tie, as in a batch.
                 (!self.ctx.is_cancelled()).then_some(done)
             }
             () = self.ctx.cancellation().cancelled() => None,
         };
         *outcome = Some(done.unwrap_or_else(|| CallOutcome::cancelled(&call.name)));
-    }
-
-    /// What a call runs with. The fold needs a call's arguments only for
-    /// `after_tool`, so without middlewares they move into the tool.
-    fn call_to_run(&self, call: &mut ToolCall) -> ToolCall {
-        let hooks = &self.harness.calls.middlewares;
-        if !hooks.any(Hook::AfterTool) && !hooks.any(Hook::Redact) {
-            ToolCall {
-                id: call.id.clone(),
-                provider_id: None,
-                // Only a wrap layer reads the name; the tool is the onion's.
-                name: if self.harness.calls.wraps.is_empty() {
-                    String::new()
-                } else {
-                    call.name.clone()
-                },
-                arguments: std::mem::take(&mut call.arguments),
-                raw_arguments: None,
-            }
-        } else {
-            call.clone()
-        }
     }
 
     /// Runs one batch, servicing the nested calls its tools make; `true`
@@ -162,10 +139,9 @@ impl Run<'_> {
                     args_hash,
                     ..
                 } => {
-                    let runs = self.call_to_run(call);
                     let call: &ToolCall = call;
                     let provider_id = call.provider_id.as_deref();
-                    Some((i, runs, *entry, args_hash.as_deref(), provider_id))
+                    Some((i, call, *entry, args_hash.as_deref(), provider_id))
                 }
                 _ => None,
             })
@@ -265,7 +241,7 @@ impl Run<'_> {
     /// `ids` are its idempotency key's hash and its provider's id.
     fn run_one<'a>(
         &'a self,
-        call: ToolCall,
+        call: &'a ToolCall,
         entry: &'a RegisteredTool,
         ids: (Option<&'a str>, Option<&'a str>),
         runner: Option<&'a Arc<NestedRunner>>,

@@ -11,6 +11,7 @@ mod approval;
 mod batch;
 pub(crate) mod checkpoint;
 mod ledger;
+mod lent;
 mod opening;
 mod replay;
 pub(crate) mod turn;
@@ -63,6 +64,10 @@ pub(crate) struct Run<'h> {
     pub(crate) options: Option<ModelOptions>,
     /// The last turn's slots, emptied: the next turn's buffer.
     pub(crate) spare_slots: Vec<turn::Slot<'h>>,
+    /// While a turn runs: the transcript's index of its assistant message
+    /// and which of its calls lent their arguments to their slots
+    /// (`lent.rs`).
+    pub(crate) lent: Option<lent::Lent>,
 }
 
 /// How a turn ends the loop, if it does.
@@ -173,6 +178,7 @@ impl AgentHarness {
             decided: None,
             options,
             spare_slots: Vec::new(),
+            lent: None,
         }
     }
 

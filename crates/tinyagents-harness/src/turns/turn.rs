@@ -8,6 +8,7 @@ use tinyagents_core::{
 };
 use tinytools::{RegisteredTool, ToolErrorPolicy};
 
+use super::lent::{Issued, Lent};
 use super::{Run, TurnEnd};
 use crate::call::ToolSpan;
 use crate::call::{Admission, Admitted, CallOutcome, Scope, SettleScope, Settlement, refusal_text};
@@ -18,6 +19,9 @@ pub(crate) enum Slot<'h> {
     /// Issued by the model, not yet admitted (a turn's slots are built
     /// from the model's calls and admitted in place).
     Issued(ToolCall),
+    /// Issued by the model with its arguments ready as sent
+    /// (`CallPath::ready_as_sent`), not yet admitted.
+    Ready(ToolCall),
     /// Taken out for admission; never folded.
     Vacant,
     /// Admitted: runs with these prepared arguments. `args_hash` is its
@@ -125,19 +129,41 @@ impl<'h> Run<'h> {
         let mut refused = Vec::new();
         let mut recorded = Vec::with_capacity(issued);
         let redaction = self.events.redaction();
+        let lends = self.lends_arguments();
+        let mut lent = Lent::at(self.state.messages.len());
         for (call, n) in response.tool_calls.into_iter().zip(first..) {
             // Arguments too deep to persist stay as text and are refused.
             let call = call.into_call(CallId::model(n)).confine_deep_arguments();
-            let redacted = redaction.call(&call);
-            if redacted.changed {
-                replay_blocked.push(call.id.clone());
+            let ready = self.harness.calls.ready_as_sent(&call).is_some();
+            let at = recorded.len();
+            if lends && ready {
+                // The transcript's copy waits for the slot's arguments,
+                // which the fold moves back once the call is answered.
+                lent.mark(at);
+                recorded.push(ToolCall {
+                    id: call.id.clone(),
+                    provider_id: call.provider_id.clone(),
+                    name: call.name.clone(),
+                    arguments: serde_json::Value::Null,
+                    raw_arguments: None,
+                });
+            } else {
+                let redacted = redaction.call(&call);
+                if redacted.changed {
+                    replay_blocked.push(call.id.clone());
+                }
+                if let Some(error) = redacted.failed {
+                    refused.push((call.id.clone(), error));
+                }
+                recorded.push(redacted.copy);
             }
-            if let Some(error) = redacted.failed {
-                refused.push((call.id.clone(), error));
-            }
-            recorded.push(redacted.copy);
-            slots.push(Slot::Issued(call));
+            slots.push(if ready {
+                Slot::Ready(call)
+            } else {
+                Slot::Issued(call)
+            });
         }
+        self.lent = lent.any().then_some(lent);
         self.state.messages.push(Message::Assistant {
             content: response.content,
             tool_calls: recorded,
@@ -161,15 +187,33 @@ impl<'h> Run<'h> {
     ) -> Result<TurnEnd, TinyAgentsError> {
         let mut limit = token_limit;
         for (position, slot) in slots.iter_mut().enumerate() {
-            let Slot::Issued(call) = std::mem::replace(slot, Slot::Vacant) else {
-                continue;
+            let (call, ready) = match std::mem::replace(slot, Slot::Vacant) {
+                Slot::Issued(call) => (call, false),
+                Slot::Ready(call) => (call, true),
+                other => {
+                    *slot = other;
+                    continue;
+                }
             };
-            match self
-                .admit_issued(position, call, &mut limit, replay_blocked, refused)
-                .await
-            {
+            let issued = Issued {
+                position,
+                ready,
+                replay_blocked,
+                refused,
+            };
+            match self.admit_issued(issued, call, &mut limit).await {
                 Ok(admitted) => *slot = admitted,
-                Err(end) => return Ok(end),
+                Err(end) => {
+                    // The turn ends here: the transcript takes back the
+                    // arguments its calls still hold.
+                    for (k, slot) in slots.drain(..).enumerate() {
+                        if let Some(call) = slot.into_call() {
+                            self.give_back(k, call.arguments);
+                        }
+                    }
+                    self.lent = None;
+                    return Ok(end);
+                }
             }
         }
         if let Some(reached) = &limit {
@@ -182,12 +226,16 @@ impl<'h> Run<'h> {
     /// turn ends (`InvalidArgsPolicy::Fail`).
     async fn admit_issued(
         &mut self,
-        position: usize,
+        issued: Issued<'_>,
         call: ToolCall,
         limit: &mut Option<TinyAgentsError>,
-        replay_blocked: &[CallId],
-        refused: &[(CallId, TinyAgentsError)],
     ) -> Result<Slot<'h>, TurnEnd> {
+        let Issued {
+            position,
+            ready,
+            replay_blocked,
+            refused,
+        } = issued;
         let harness = self.harness;
         if replay_blocked.contains(&call.id) {
             // It spent its slot when it was first issued, like every
@@ -216,6 +264,7 @@ impl<'h> Run<'h> {
             ctx: &mut self.ctx,
             state: &self.state,
             position,
+            ready,
         };
         Ok(match harness.calls.admit(scope, &self.events, call).await {
             Admission::Run(admitted) => Slot::admitted(admitted),
@@ -243,7 +292,10 @@ impl<'h> Run<'h> {
                     }
                 }
             },
-            Admission::Fatal(_, error) => return Err(TurnEnd::Fail(error)),
+            Admission::Fatal(call, error) => {
+                self.give_back(position, call.arguments);
+                return Err(TurnEnd::Fail(error));
+            }
         })
     }
 
@@ -281,14 +333,15 @@ impl<'h> Run<'h> {
             start: self.state.messages.len(),
             ..Fold::default()
         };
-        for slot in slots.drain(..) {
+        for (k, slot) in slots.drain(..).enumerate() {
             match slot {
                 // Admission replaces every issued call; one left would be
                 // a broken turn: it gets a refusal, never silence.
-                Slot::Issued(call) => {
+                Slot::Issued(call) | Slot::Ready(call) => {
                     let text = format!("tool '{}' was not admitted", call.name);
                     self.events.refused(&call, &text).await;
                     let message = tool_message(&call, &ToolResult::error(text));
+                    self.give_back(k, call.arguments);
                     self.fold_settled(&mut fold, message);
                 }
                 Slot::Vacant => {}
@@ -299,7 +352,7 @@ impl<'h> Run<'h> {
                     ..
                 } => match outcome {
                     Some(outcome) => {
-                        self.settle_call(call, Some(entry), outcome, &mut fold)
+                        self.settle_call(k, call, Some(entry), outcome, &mut fold)
                             .await
                     }
                     None => {
@@ -308,6 +361,7 @@ impl<'h> Run<'h> {
                         self.refused_span(&call, "cancelled", &text);
                         self.events.refused(&call, &text).await;
                         let message = tool_message(&call, &ToolResult::error(text));
+                        self.give_back(k, call.arguments);
                         self.fold_settled(&mut fold, message);
                     }
                 },
@@ -315,16 +369,21 @@ impl<'h> Run<'h> {
                     self.events.started(&call).await;
                     let entry = self.harness.calls.lookup(&call.name);
                     let outcome = CallOutcome::recorded(result);
-                    self.settle_call(call, entry, outcome, &mut fold).await;
+                    self.settle_call(k, call, entry, outcome, &mut fold).await;
                 }
                 Slot::Refused { call, result } => {
                     let message = tool_message(&call, &result);
+                    self.give_back(k, call.arguments);
                     self.fold_settled(&mut fold, message);
                 }
                 Slot::Settled(message) => self.fold_settled(&mut fold, message),
-                Slot::Pending(pending) => Self::fold_pending(&mut fold, pending),
+                Slot::Pending(pending) => {
+                    self.give_back_copy(k, &pending.call.arguments);
+                    Self::fold_pending(&mut fold, pending);
+                }
             }
         }
+        self.lent = None;
         // The emptied buffer serves the next turn.
         self.spare_slots = slots;
         if !fold.pending.is_empty() {
@@ -370,6 +429,7 @@ impl<'h> Run<'h> {
     /// it decided: its transcript row, metadata, control, an end-run error.
     async fn settle_call(
         &mut self,
+        k: usize,
         call: ToolCall,
         entry: Option<&RegisteredTool>,
         outcome: CallOutcome,
@@ -392,7 +452,7 @@ impl<'h> Run<'h> {
                 if self.harness.calls.ledger.is_none() {
                     self.harness.resumed.release(&self.ctx.run_id, &call.id);
                 }
-                let call = self.with_arguments(call);
+                self.give_back_copy(k, &call.arguments);
                 let run_id = self.ctx.run_id.clone();
                 Self::fold_pending(fold, PendingCall::waiting(run_id, call, reason));
                 return;
@@ -432,6 +492,7 @@ impl<'h> Run<'h> {
             content: result.content,
             is_error: result.is_error,
         };
+        self.give_back(k, call.arguments);
         self.fold_settled(fold, message);
     }
 }
@@ -448,31 +509,6 @@ impl Run<'_> {
         };
         let arguments = || self.events.redaction().arguments(call);
         span.refused(&self.events, arguments, error_type, text);
-    }
-
-    /// `call` with its arguments, for a call that waits for a person after
-    /// it ran: without middlewares its arguments moved into the tool (see
-    /// `call_to_run`), and the transcript's copy, unredacted then, is the
-    /// model's; resuming prepares them again.
-    fn with_arguments(&self, mut call: ToolCall) -> ToolCall {
-        if !call.arguments.is_null() {
-            return call;
-        }
-        let original = self
-            .state
-            .messages
-            .iter()
-            .rev()
-            .find_map(|message| match message {
-                Message::Assistant { tool_calls, .. } => {
-                    tool_calls.iter().find(|c| c.id == call.id)
-                }
-                _ => None,
-            });
-        if let Some(original) = original {
-            call.arguments = original.arguments.clone();
-        }
-        call
     }
 }
 
