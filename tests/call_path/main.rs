@@ -32,6 +32,7 @@ mod lent;
 mod origins_prop;
 mod quota;
 mod redaction;
+mod spare_context;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -51,6 +51,67 @@ impl std::fmt::Debug for ToolExecutionContext {
     }
 }
 
+/// A run's spare [`ToolExecutionContext`]: a call takes it instead of
+/// allocating one, and gives it back when no tool kept a handle on it, so
+/// calls one after another share one allocation.
+///
+/// Only a context nothing else holds is written to or kept (`Arc::get_mut`
+/// decides), so a tool that kept its context (in a task it spawned, say)
+/// keeps it unchanged and the next call allocates its own. A kept context
+/// holds no span and no nested runner between calls: a call's span ends
+/// with its call.
+#[derive(Default)]
+pub(crate) struct SpareContext(parking_lot::Mutex<Option<Arc<ToolExecutionContext>>>);
+
+impl SpareContext {
+    /// A context for one call: the spare one, rewritten, or a new one.
+    pub(crate) fn take(
+        &self,
+        runner: NestedToolRunner,
+        call_id: CallId,
+        run: &Arc<RunShared>,
+        span: tracing::Span,
+    ) -> Arc<ToolExecutionContext> {
+        if let Some(mut spare) = self.0.lock().take()
+            && let Some(context) = Arc::get_mut(&mut spare)
+        {
+            context.runner = Some(runner);
+            context.call_id = call_id;
+            context.span = span;
+            if context
+                .run
+                .as_ref()
+                .is_none_or(|kept| !Arc::ptr_eq(kept, run))
+            {
+                context.run = Some(Arc::clone(run));
+            }
+            return spare;
+        }
+        Arc::new(ToolExecutionContext::new(
+            Some(runner),
+            call_id,
+            Some(Arc::clone(run)),
+            span,
+        ))
+    }
+
+    /// Keeps `context` for the next call, when no one else holds it; its
+    /// span and runner are let go now.
+    pub(crate) fn give_back(&self, mut context: Arc<ToolExecutionContext>) {
+        if let Some(unique) = Arc::get_mut(&mut context) {
+            unique.runner = None;
+            unique.span = tracing::Span::none();
+            *self.0.lock() = Some(context);
+        }
+    }
+}
+
+impl std::fmt::Debug for SpareContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SpareContext").finish_non_exhaustive()
+    }
+}
+
 impl ToolExecutionContext {
     pub(crate) fn new(
         runner: Option<NestedToolRunner>,

@@ -18,7 +18,7 @@ use super::contain::panic_text;
 use super::nested::{NestedRunner, attach_summary};
 use super::settle::CallOutcome;
 use super::timing::{millis, until};
-use super::{NESTED_SCOPE, NestedScope, NestedToolRunner, ToolExecutionContext};
+use super::{NESTED_SCOPE, NestedScope, NestedToolRunner};
 use super::{ToolSpan, tool_ended};
 
 /// Where a call runs: under which parent, with which nested-call runner,
@@ -88,13 +88,12 @@ impl<'e> CallEnv<'e> {
             run: self.shared,
         };
         let span = tool_span.open(self.events, || self.events.redaction().arguments(call));
-        let extension = Arc::new(ToolExecutionContext::new(
-            Some(runner),
-            call_id.clone(),
-            Some(Arc::clone(self.shared)),
-            span.clone(),
-        ));
-        let mut tool_context = self.tool_context(&call.id).with_host_extension(extension);
+        let extension = self
+            .contexts
+            .take(runner, call_id.clone(), self.shared, span.clone());
+        let mut tool_context = self
+            .tool_context(&call.id)
+            .with_host_extension(Arc::clone(&extension) as _);
         if let Some(hash) = args_hash {
             tool_context = tool_context.with_idempotency_key(IdempotencyKey {
                 run_id: ctx.run_id.clone(),
@@ -123,6 +122,9 @@ impl<'e> CallEnv<'e> {
             call_id: call_id.clone(),
         });
         let finished = NESTED_SCOPE.scope(scope, bounded).await;
+        // The tool is done with its context; the next call may have it.
+        drop(tool_context);
+        self.contexts.give_back(extension);
         let mut result = match finished {
             None => Err(TinyAgentsError::Timeout {
                 what: spec.name.clone(),

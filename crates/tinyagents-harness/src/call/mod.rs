@@ -27,8 +27,8 @@ mod tool_runner;
 
 pub(crate) use admit::{Admission, Admitted, Scope, refusal_text};
 pub(crate) use contain::{contain, panic_text, panicked};
-pub(crate) use context::RunShared;
 pub use context::ToolExecutionContext;
+pub(crate) use context::{RunShared, SpareContext};
 pub(crate) use emit::ToolEvents;
 pub(crate) use execute::CallSite;
 pub(crate) use hooks::Hooks;
@@ -57,4 +57,6 @@ pub(crate) struct CallEnv<'a> {
     pub(crate) state: &'a State,
     pub(crate) events: &'a ToolEvents,
     pub(crate) shared: &'a Arc<RunShared>,
+    /// The run's spare execution context, which its calls share.
+    pub(crate) contexts: &'a SpareContext,
 }

@@ -68,6 +68,8 @@ pub(crate) struct Run<'h> {
     /// and which of its calls lent their arguments to their slots
     /// (`lent.rs`).
     pub(crate) lent: Option<lent::Lent>,
+    /// The execution context its calls share when no tool keeps it.
+    pub(crate) contexts: crate::call::SpareContext,
 }
 
 /// How a turn ends the loop, if it does.
@@ -179,6 +181,7 @@ impl AgentHarness {
             options,
             spare_slots: Vec::new(),
             lent: None,
+            contexts: crate::call::SpareContext::default(),
         }
     }
 
@@ -219,6 +222,7 @@ impl Run<'_> {
             state: &self.state,
             events: &self.events,
             shared: &self.shared,
+            contexts: &self.contexts,
         }
     }
 
