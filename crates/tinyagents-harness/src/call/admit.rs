@@ -468,8 +468,7 @@ impl CallPath {
         }
         // Boxed: the ledger's future is large and only runs with a ledger.
         let start =
-            Box::pin(self.start_row(scope.ctx(), events, &a.call, entry, hash.clone(), a.replay))
-                .await;
+            Box::pin(self.start_row(scope.ctx(), events, &a.call, entry, &hash, a.replay)).await;
         a.args_hash = Some(hash);
         match start {
             Start::Run => Ok(()),

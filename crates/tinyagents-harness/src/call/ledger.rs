@@ -37,7 +37,7 @@ impl CallPath {
         group: &[StartOf<'_>],
     ) -> Vec<Start> {
         join_all(group.iter().map(|&(call, entry, hash, replay)| {
-            self.start_row(ctx, events, call, entry, hash.to_owned(), replay)
+            self.start_row(ctx, events, call, entry, hash, replay)
         }))
         .await
     }
@@ -49,7 +49,7 @@ impl CallPath {
         events: &ToolEvents,
         call: &ToolCall,
         entry: &RegisteredTool,
-        hash: String,
+        hash: &str,
         replay: ToolReplay,
     ) -> Start {
         let Some(ledger) = &self.ledger else {
@@ -59,7 +59,7 @@ impl CallPath {
             ctx.run_id.clone(),
             call.id.clone(),
             call.name.clone(),
-            hash.clone(),
+            hash.to_owned(),
             replay,
         );
         let error = match guarded("record_started", ledger.record_started(row)).await {
@@ -96,7 +96,7 @@ impl CallPath {
             }
             LedgerError::ReplayRefused { .. } if planted(Mutation::ReplayNever) => Start::Run,
             refused @ LedgerError::ReplayRefused { .. } => {
-                Box::pin(self.reconcile_in_doubt(ctx, events, call, entry, &hash, refused)).await
+                Box::pin(self.reconcile_in_doubt(ctx, events, call, entry, hash, refused)).await
             }
             mismatch @ LedgerError::Mismatch { .. } => {
                 Start::Refused(format!("refused: {mismatch}"))

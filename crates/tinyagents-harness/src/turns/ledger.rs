@@ -43,14 +43,7 @@ impl<'h> Run<'h> {
             };
             let start = harness
                 .calls
-                .start_row(
-                    &self.ctx,
-                    &self.events,
-                    call,
-                    entry,
-                    hash.to_owned(),
-                    replay,
-                )
+                .start_row(&self.ctx, &self.events, call, entry, hash, replay)
                 .await;
             self.apply_start(&mut slots[at], start).await;
             return;
