@@ -42,8 +42,7 @@ pub trait Middleware: Send + Sync {
         'life2: 'async_trait,
         Self: 'async_trait,
     {
-        note_default(self, Hook::BeforeModel);
-        Box::pin(std::future::ready(Ok(())))
+        provided(self, Hook::BeforeModel, Ok(()))
     }
 
     /// After each model call; may rewrite the response.
@@ -60,8 +59,7 @@ pub trait Middleware: Send + Sync {
         'life3: 'async_trait,
         Self: 'async_trait,
     {
-        note_default(self, Hook::AfterModel);
-        Box::pin(std::future::ready(Ok(())))
+        provided(self, Hook::AfterModel, Ok(()))
     }
 
     /// Before a model-issued call runs: may rewrite the call, deny it or
@@ -79,8 +77,7 @@ pub trait Middleware: Send + Sync {
         'life3: 'async_trait,
         Self: 'async_trait,
     {
-        note_default(self, Hook::BeforeTool);
-        Box::pin(std::future::ready(Ok(ToolVerdict::Allow)))
+        provided(self, Hook::BeforeTool, Ok(ToolVerdict::Allow))
     }
 
     /// After a model-issued call produced its result: may rewrite it.
@@ -99,8 +96,7 @@ pub trait Middleware: Send + Sync {
         'life4: 'async_trait,
         Self: 'async_trait,
     {
-        note_default(self, Hook::AfterTool);
-        Box::pin(std::future::ready(Ok(())))
+        provided(self, Hook::AfterTool, Ok(()))
     }
 
     /// Admission of a nested call, after validation and before host
@@ -118,8 +114,7 @@ pub trait Middleware: Send + Sync {
         'life3: 'async_trait,
         Self: 'async_trait,
     {
-        note_default(self, Hook::CheckNestedTool);
-        Box::pin(std::future::ready(Ok(())))
+        provided(self, Hook::CheckNestedTool, Ok(()))
     }
 
     /// Sees the result of a nested call that produced one. Cannot rewrite
@@ -139,8 +134,7 @@ pub trait Middleware: Send + Sync {
         'life4: 'async_trait,
         Self: 'async_trait,
     {
-        note_default(self, Hook::ObserveNestedResult);
-        Box::pin(std::future::ready(()))
+        provided(self, Hook::ObserveNestedResult, ())
     }
 
     /// Scrubs a payload of a model-issued call bound for events or
@@ -208,6 +202,16 @@ fn note_default<M: ?Sized>(middleware: &M, hook: Hook) {
         hook,
     };
     LAST_DEFAULT.with(|last| last.set(Some(note)));
+}
+
+/// A provided hook's answer, `value` at once, noted as the default.
+fn provided<'a, M: ?Sized, T: Send + 'a>(
+    middleware: &M,
+    hook: Hook,
+    value: T,
+) -> HookFuture<'a, T> {
+    note_default(middleware, hook);
+    Box::pin(std::future::ready(value))
 }
 
 /// Takes the note of the last provided hook built on this thread. A host

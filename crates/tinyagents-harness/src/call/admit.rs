@@ -46,10 +46,6 @@ pub(crate) enum Scope<'a> {
         state: &'a State,
         /// The call's place in its turn.
         position: usize,
-        /// Its arguments were found ready as sent
-        /// ([`CallPath::ready_as_sent`]): the arguments stage has nothing
-        /// to do.
-        ready: bool,
     },
     /// Made by a running tool through `ToolExecutionContext::call_tool`.
     Nested {
@@ -155,6 +151,10 @@ pub(crate) enum Admission<'h> {
 struct Admitting<'h, 'a> {
     call: ToolCall,
     entry: Option<&'h RegisteredTool>,
+    /// The call's arguments are ready as sent, for `entry`
+    /// ([`CallPath::ready_as_sent`]): lookup and the arguments stage have
+    /// nothing to do.
+    ready: bool,
     deferred: Option<String>,
     /// A person approved this call before its admission (on resume). Only
     /// that answers a gate's question; a middleware's approval granted
@@ -178,18 +178,23 @@ impl CallPath {
     /// origin. A refusal gives back the nested budget slot the call had
     /// reserved (its place in the parent's refusal quota is the runner's:
     /// kept on refusal, given back when admitted).
+    ///
+    /// `ready` is the call's tool when its arguments were found ready as
+    /// sent ([`CallPath::ready_as_sent`]), so they are neither looked up
+    /// nor prepared again.
     pub(crate) fn admit<'h, 'a>(
         &'h self,
         scope: Scope<'a>,
         events: &'a ToolEvents,
         call: ToolCall,
+        ready: Option<&'h RegisteredTool>,
     ) -> impl Future<Output = Admission<'h>> + use<'h, 'a>
     where
         'h: 'a,
     {
         // A plain function: an `async fn` forwarding to another keeps its
         // arguments twice.
-        self.admit_through(scope, events, call)
+        self.admit_through(scope, events, call, ready)
     }
 
     async fn admit_through<'h, 'a>(
@@ -197,13 +202,15 @@ impl CallPath {
         mut scope: Scope<'a>,
         events: &'a ToolEvents,
         call: ToolCall,
+        ready: Option<&'h RegisteredTool>,
     ) -> Admission<'h>
     where
         'h: 'a,
     {
         let mut admitting = Admitting {
             call,
-            entry: None,
+            entry: ready,
+            ready: ready.is_some(),
             deferred: None,
             approved_by_person: false,
             slot: None,
@@ -343,6 +350,7 @@ impl CallPath {
                     Err(limit) => Err(Stop::Refuse(limit)),
                 },
             },
+            Stage::Lookup if a.ready => Ok(()),
             Stage::Lookup => match self.lookup(&a.call.name) {
                 Some(entry) => {
                     a.entry = Some(entry);
@@ -354,7 +362,7 @@ impl CallPath {
             },
             Stage::Arguments => {
                 let entry = a.entry.ok_or_else(|| Stop::Refuse(before_lookup()))?;
-                if matches!(scope, Scope::Model { ready: true, .. }) {
+                if a.ready {
                     return Ok(());
                 }
                 // The call gives its arguments up to the tool, unless a

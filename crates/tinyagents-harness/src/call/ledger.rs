@@ -4,9 +4,7 @@
 
 use futures_util::FutureExt;
 use futures_util::future::join_all;
-use tinyagents_core::{
-    AgentEvent, CallId, RunContext, TinyAgentsError, ToolCall, ToolReplay, ToolResult,
-};
+use tinyagents_core::{CallId, RunContext, TinyAgentsError, ToolCall, ToolReplay, ToolResult};
 use tinyagents_ledger::{LedgerError, LedgerFailure, Outcome, StartedRow};
 use tinytools::RegisteredTool;
 
@@ -108,11 +106,11 @@ impl CallPath {
                 LedgerFailure::Continue => {
                     events
                         .sink()
-                        .emit(|| AgentEvent::Warning {
-                            message: format!(
+                        .warn(|| {
+                            format!(
                                 "call {} runs without a started row (LedgerFailure::Continue): {failure}",
                                 call.id
-                            ),
+                            )
                         })
                         .await;
                     Start::Run
@@ -141,9 +139,7 @@ impl CallPath {
         {
             events
                 .sink()
-                .emit(|| AgentEvent::Warning {
-                    message: format!("the settled row of call {call_id} was not written: {error}"),
-                })
+                .warn(|| format!("the settled row of call {call_id} was not written: {error}"))
                 .await;
         }
     }
@@ -161,11 +157,7 @@ impl CallPath {
         if let Err(error) = guarded("flush", ledger.flush()).await {
             events
                 .sink()
-                .emit(|| AgentEvent::Warning {
-                    message: format!(
-                        "the settled row of call {call_id} was not made durable: {error}"
-                    ),
-                })
+                .warn(|| format!("the settled row of call {call_id} was not made durable: {error}"))
                 .await;
         }
     }

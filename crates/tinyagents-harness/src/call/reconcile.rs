@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use futures_util::FutureExt;
 use tinyagents_core::{
-    AgentEvent, CallId, CancellationToken, IdempotencyKey, RunContext, RunId, ToolCall, ToolReplay,
+    CallId, CancellationToken, IdempotencyKey, RunContext, RunId, ToolCall, ToolReplay,
 };
 use tinyagents_ledger::{
     Effect, EffectLedger, Found, LedgerError, LedgerRow, Outcome, Resolve, StartedRow,
@@ -158,11 +158,11 @@ impl CallPath {
         }
         events
             .sink()
-            .emit(|| AgentEvent::Warning {
-                message: redaction.text(format!(
+            .warn(|| {
+                redaction.text(format!(
                     "call {} ({}) was in doubt after a crash: {}",
                     call.id, call.name, finding.note
-                )),
+                ))
             })
             .await;
         match finding.found {
@@ -219,10 +219,10 @@ impl CallPath {
             Err(error) => {
                 events
                     .sink()
-                    .emit(|| AgentEvent::Warning {
-                        message: format!(
+                    .warn(|| {
+                        format!(
                             "the nested calls in doubt under {parent} were not settled: {error}"
-                        ),
+                        )
                     })
                     .await;
                 Vec::new()

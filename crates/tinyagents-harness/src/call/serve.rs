@@ -46,7 +46,7 @@ impl CallEnv<'_> {
         };
         let admission = tokio::select! {
             biased;
-            admitted = path.admit(scope, self.events, call) => Some(admitted),
+            admitted = path.admit(scope, self.events, call, None) => Some(admitted),
             () = reply.closed() => None,
         };
         let admitted = match admission {

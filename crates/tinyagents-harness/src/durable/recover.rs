@@ -6,17 +6,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Map;
-use tinyagents_core::{
-    AgentEvent, LimitTracker, Message, RunContext, RunId, State, TinyAgentsError,
-};
+use tinyagents_core::{LimitTracker, Message, RunContext, RunId, State, TinyAgentsError};
 use tinyagents_ledger::{CallStatus, EffectLedger, RunState};
-use tracing::Instrument;
 
 use crate::ResumeOptions;
 use crate::call::Sweep;
 use crate::call::{guarded, state_error};
 use crate::events::EventSink;
-use crate::events::segment::SegmentGuard;
 use crate::harness::AgentHarness;
 use crate::mutation::{Mutation, planted};
 use crate::run::{AgentRun, SuspendedRun};
@@ -57,7 +53,7 @@ impl<'h> Run<'h> {
             Err(error) => format!("the calls left in doubt were not settled: {error}"),
         };
         let message = self.events.redaction().text(message);
-        self.sink().emit(|| AgentEvent::Warning { message }).await;
+        self.sink().warn(|| message).await;
     }
 }
 
@@ -74,22 +70,13 @@ impl AgentHarness {
         options: ResumeOptions,
         events: &EventSink,
     ) -> Result<AgentRun, TinyAgentsError> {
-        let (guard, mut events) = SegmentGuard::open(events, run_id.clone());
         // Its own `invoke_agent` span (the checkpoint's properties and depth
         // are not read yet); `tinyagents.run.id` links it to the run's others.
         let span = trace::invoke_agent(self, run_id, &Map::new(), 0, Segment::Recover);
-        crate::turns::announce(&events, run_id, self)
-            .instrument(span.clone())
-            .await;
-        // Once the run is open, its failure is reported on its bounded sink.
-        let result = self
-            .recover_run(run_id, options, &mut events)
-            .instrument(span.clone())
-            .await;
-        let result = crate::turns::report_failure(&events, result).await;
-        trace::run_ended(&span, &result, self);
-        guard.disarm();
-        result
+        super::restored_segment(self, run_id.clone(), span, events, async |events| {
+            self.recover_run(run_id, options, events).await
+        })
+        .await
     }
 
     async fn recover_run(

@@ -8,12 +8,10 @@
 
 use tinyagents_core::TinyAgentsError;
 use tinyagents_ledger::RunState;
-use tracing::Instrument;
 
 use super::resume_check::{check_against_checkpoint, check_turn, match_decisions};
 use crate::call::state_error;
 use crate::events::EventSink;
-use crate::events::segment::SegmentGuard;
 use crate::harness::AgentHarness;
 use crate::run::{AgentRun, ApprovalDecision, SuspendedRun, TurnEntry};
 use crate::trace::{self, Segment};
@@ -56,7 +54,6 @@ impl AgentHarness {
         options: ResumeOptions,
         events: &EventSink,
     ) -> Result<AgentRun, TinyAgentsError> {
-        let (guard, mut events) = SegmentGuard::open(events, suspended.run_id.clone());
         // Its own `invoke_agent` span, under whatever is current where the
         // host resumes; `tinyagents.run.id` links it to the run's others.
         let span = trace::invoke_agent(
@@ -66,18 +63,12 @@ impl AgentHarness {
             suspended.depth,
             Segment::Resume,
         );
-        crate::turns::announce(&events, &suspended.run_id, self)
-            .instrument(span.clone())
-            .await;
-        // Once the run is open, its failure is reported on its bounded sink.
-        let result = self
-            .resume_segment(suspended, decisions, options, &mut events)
-            .instrument(span.clone())
-            .await;
-        let result = crate::turns::report_failure(&events, result).await;
-        trace::run_ended(&span, &result, self);
-        guard.disarm();
-        result
+        let run_id = suspended.run_id.clone();
+        super::restored_segment(self, run_id, span, events, async |events| {
+            self.resume_segment(suspended, decisions, options, events)
+                .await
+        })
+        .await
     }
 
     async fn resume_segment(

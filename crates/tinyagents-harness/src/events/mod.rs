@@ -396,6 +396,16 @@ impl EventSink {
             .map_or(0, |out| out.dropped.load(Ordering::Relaxed))
     }
 
+    /// A `Warning` whose text `message` builds (only when someone listens).
+    /// Not an `async fn`: it is `emit`'s own future, with no layer of its
+    /// own.
+    pub(crate) fn warn(
+        &self,
+        message: impl FnOnce() -> String,
+    ) -> impl std::future::Future<Output = ()> {
+        self.emit(move || AgentEvent::Warning { message: message() })
+    }
+
     /// Sends the event `build` makes; builds nothing when nobody listens. A
     /// dropped receiver is not an error.
     ///

@@ -138,10 +138,9 @@ impl<'h> Run<'h> {
             ctx: &mut self.ctx,
             state: &self.state,
             position,
-            // Approved arguments are prepared again, whatever they were.
-            ready: false,
         };
-        match harness.calls.admit(scope, &self.events, call).await {
+        // Approved arguments are prepared again, whatever they were.
+        match harness.calls.admit(scope, &self.events, call, None).await {
             Admission::Run(admitted) => Slot::admitted(admitted),
             Admission::Pending(call, reason) => {
                 Slot::Pending(PendingCall::waiting(self.ctx.run_id.clone(), call, reason))

@@ -23,9 +23,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
-use tinyagents_core::{
-    AgentEvent, BudgetCounts, CallId, Message, RunId, State, TinyAgentsError, Usage,
-};
+use tinyagents_core::{BudgetCounts, CallId, Message, RunId, State, TinyAgentsError, Usage};
 use tinyagents_ledger::{Checkpoint, CheckpointEntry, EffectLedger, LedgerError, LedgerResult};
 
 use super::Run;
@@ -196,9 +194,7 @@ impl<'h> Run<'h> {
         self.cursor = None;
         let turn = self.state.turn;
         self.sink()
-            .emit(|| AgentEvent::Warning {
-                message: format!("checkpoint of turn {turn} not written: {error}"),
-            })
+            .warn(|| format!("checkpoint of turn {turn} not written: {error}"))
             .await;
     }
 

@@ -3,7 +3,7 @@
 //! mark. Checkpoints are in `checkpoint.rs`, recovery in
 //! `recover.rs`, calls in doubt in `reconcile.rs`.
 
-use tinyagents_core::{AgentEvent, RunId, TinyAgentsError, ToolCall, ToolResult};
+use tinyagents_core::{RunId, TinyAgentsError, ToolCall, ToolResult};
 use tinyagents_ledger::{LedgerError, LedgerFailure};
 
 use super::Run;
@@ -173,9 +173,7 @@ impl<'h> Run<'h> {
         };
         if let Err(error) = finished {
             self.sink()
-                .emit(|| AgentEvent::Warning {
-                    message: format!("run {run_id} not marked finished: {error}"),
-                })
+                .warn(|| format!("run {run_id} not marked finished: {error}"))
                 .await;
         }
     }
@@ -188,9 +186,7 @@ impl<'h> Run<'h> {
         };
         if let Err(error) = guarded("flush", ledger.flush()).await {
             self.sink()
-                .emit(|| AgentEvent::Warning {
-                    message: format!("the effect ledger could not be flushed: {error}"),
-                })
+                .warn(|| format!("the effect ledger could not be flushed: {error}"))
                 .await;
         }
     }

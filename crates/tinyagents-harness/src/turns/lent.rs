@@ -25,6 +25,7 @@
 use serde_json::Value;
 use tinyagents_core::{CallId, Message, TinyAgentsError, ToolCall};
 use tinyagents_middleware::Hook;
+use tinytools::RegisteredTool;
 
 use super::Run;
 use super::turn::Slot;
@@ -81,13 +82,13 @@ impl Lent {
     }
 }
 
-/// One issued call's admission: its place, whether its arguments are ready
-/// as sent, and the turn's calls a recovery must not run again or whose
-/// redaction failed.
+/// One issued call's admission: its place, its tool when its arguments are
+/// ready as sent, and the turn's calls a recovery must not run again or
+/// whose redaction failed.
 #[derive(Clone, Copy)]
-pub(crate) struct Issued<'a> {
+pub(crate) struct Issued<'h, 'a> {
     pub(crate) position: usize,
-    pub(crate) ready: bool,
+    pub(crate) ready: Option<&'h RegisteredTool>,
     pub(crate) replay_blocked: &'a [CallId],
     pub(crate) refused: &'a [(CallId, TinyAgentsError)],
 }
@@ -97,7 +98,7 @@ impl Slot<'_> {
     pub(crate) fn into_call(self) -> Option<ToolCall> {
         match self {
             Slot::Issued(call)
-            | Slot::Ready(call)
+            | Slot::Ready(call, _)
             | Slot::Run { call, .. }
             | Slot::Refused { call, .. }
             | Slot::Recorded { call, .. } => Some(call),

@@ -510,11 +510,7 @@ pub(crate) async fn announce(events: &EventSink, run_id: &RunId, harness: &Agent
         })
         .await;
     for warning in harness.warnings.iter() {
-        events
-            .emit(|| AgentEvent::Warning {
-                message: warning.clone(),
-            })
-            .await;
+        events.warn(|| warning.clone()).await;
     }
 }
 

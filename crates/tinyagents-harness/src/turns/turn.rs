@@ -19,9 +19,9 @@ pub(crate) enum Slot<'h> {
     /// Issued by the model, not yet admitted (a turn's slots are built
     /// from the model's calls and admitted in place).
     Issued(ToolCall),
-    /// Issued by the model with its arguments ready as sent
+    /// Issued by the model with its arguments ready as sent for this tool
     /// (`CallPath::ready_as_sent`), not yet admitted.
-    Ready(ToolCall),
+    Ready(ToolCall, &'h RegisteredTool),
     /// Taken out for admission; never folded.
     Vacant,
     /// Admitted: runs with these prepared arguments. `args_hash` is its
@@ -134,9 +134,9 @@ impl<'h> Run<'h> {
         for (call, n) in response.tool_calls.into_iter().zip(first..) {
             // Arguments too deep to persist stay as text and are refused.
             let call = call.into_call(CallId::model(n)).confine_deep_arguments();
-            let ready = self.harness.calls.ready_as_sent(&call).is_some();
+            let ready = self.harness.calls.ready_as_sent(&call);
             let at = recorded.len();
-            if lends && ready {
+            if lends && ready.is_some() {
                 // The transcript's copy waits for the slot's arguments,
                 // which the fold moves back once the call is answered.
                 lent.mark(at);
@@ -157,10 +157,9 @@ impl<'h> Run<'h> {
                 }
                 recorded.push(redacted.copy);
             }
-            slots.push(if ready {
-                Slot::Ready(call)
-            } else {
-                Slot::Issued(call)
+            slots.push(match ready {
+                Some(entry) => Slot::Ready(call, entry),
+                None => Slot::Issued(call),
             });
         }
         self.lent = lent.any().then_some(lent);
@@ -188,8 +187,8 @@ impl<'h> Run<'h> {
         let mut limit = token_limit;
         for (position, slot) in slots.iter_mut().enumerate() {
             let (call, ready) = match std::mem::replace(slot, Slot::Vacant) {
-                Slot::Issued(call) => (call, false),
-                Slot::Ready(call) => (call, true),
+                Slot::Issued(call) => (call, None),
+                Slot::Ready(call, entry) => (call, Some(entry)),
                 other => {
                     *slot = other;
                     continue;
@@ -226,7 +225,7 @@ impl<'h> Run<'h> {
     /// turn ends (`InvalidArgsPolicy::Fail`).
     async fn admit_issued(
         &mut self,
-        issued: Issued<'_>,
+        issued: Issued<'h, '_>,
         call: ToolCall,
         limit: &mut Option<TinyAgentsError>,
     ) -> Result<Slot<'h>, TurnEnd> {
@@ -264,39 +263,40 @@ impl<'h> Run<'h> {
             ctx: &mut self.ctx,
             state: &self.state,
             position,
-            ready,
         };
-        Ok(match harness.calls.admit(scope, &self.events, call).await {
-            Admission::Run(admitted) => Slot::admitted(admitted),
-            Admission::Refused(call, error) => {
-                if matches!(error, TinyAgentsError::LimitExceeded { .. }) {
-                    limit.get_or_insert_with(|| error.clone());
-                }
-                self.refused_slot(call, &error).await
-            }
-            Admission::Pending(call, reason) => match self.settled_answer(&call).await {
-                // A call that ran and settled before a crash (recovery
-                // meets it again) is answered from its row: a person is
-                // not asked to approve what already happened.
-                Some(result) => Slot::Recorded { call, result },
-                None => {
-                    let pending = PendingCall::waiting(self.ctx.run_id.clone(), call, reason);
-                    match self.earlier_decision(&pending).await {
-                        // Decided before a crash: admitted again with
-                        // that decision, from the slot it gives back.
-                        Some(decision) => {
-                            self.ctx.tracker().release_tool_call();
-                            self.decide(position, pending, false, Some(&decision)).await
-                        }
-                        None => Slot::Pending(pending),
+        Ok(
+            match harness.calls.admit(scope, &self.events, call, ready).await {
+                Admission::Run(admitted) => Slot::admitted(admitted),
+                Admission::Refused(call, error) => {
+                    if matches!(error, TinyAgentsError::LimitExceeded { .. }) {
+                        limit.get_or_insert_with(|| error.clone());
                     }
+                    self.refused_slot(call, &error).await
+                }
+                Admission::Pending(call, reason) => match self.settled_answer(&call).await {
+                    // A call that ran and settled before a crash (recovery
+                    // meets it again) is answered from its row: a person is
+                    // not asked to approve what already happened.
+                    Some(result) => Slot::Recorded { call, result },
+                    None => {
+                        let pending = PendingCall::waiting(self.ctx.run_id.clone(), call, reason);
+                        match self.earlier_decision(&pending).await {
+                            // Decided before a crash: admitted again with
+                            // that decision, from the slot it gives back.
+                            Some(decision) => {
+                                self.ctx.tracker().release_tool_call();
+                                self.decide(position, pending, false, Some(&decision)).await
+                            }
+                            None => Slot::Pending(pending),
+                        }
+                    }
+                },
+                Admission::Fatal(call, error) => {
+                    self.give_back(position, call.arguments);
+                    return Err(TurnEnd::Fail(error));
                 }
             },
-            Admission::Fatal(call, error) => {
-                self.give_back(position, call.arguments);
-                return Err(TurnEnd::Fail(error));
-            }
-        })
+        )
     }
 
     /// Records, executes and folds a turn's admitted slots.
@@ -337,7 +337,7 @@ impl<'h> Run<'h> {
             match slot {
                 // Admission replaces every issued call; one left would be
                 // a broken turn: it gets a refusal, never silence.
-                Slot::Issued(call) | Slot::Ready(call) => {
+                Slot::Issued(call) | Slot::Ready(call, _) => {
                     let text = format!("tool '{}' was not admitted", call.name);
                     self.events.refused(&call, &text).await;
                     let message = tool_message(&call, &ToolResult::error(text));
