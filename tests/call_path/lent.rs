@@ -4,8 +4,9 @@
 //! them (its tool borrows them) and the fold gives them back. These tests
 //! hold the transcript to the model's arguments however each call of the
 //! turn ends: it ran, its tool was unknown, its arguments were refused,
-//! it waits for a person, or its tool asked for one while it ran; in a
-//! turn of more calls than one word of marks (64).
+//! it waits for a person, its tool asked for one while it ran, or its tool
+//! panicked; in a turn of more calls than one word of marks (64); and with
+//! payload capture on, every call's `ToolStarted` shows its arguments.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -138,4 +139,42 @@ async fn i32_a_call_whose_tool_asks_for_a_person_while_it_runs_keeps_its_argumen
     let waiting = json!({"to": "acct-9", "cents": 90_000});
     approve_the_waiting_call(&harness, &calls, &waiting).await;
     assert_eq!(transfer.runs(), 2);
+}
+
+#[tokio::test]
+async fn i32_a_lending_turn_with_capture_on_shows_every_argument_and_a_panicking_tool_gives_them_back()
+ {
+    let boom = counted(spec("boom"), |_| panic!("the tool broke"));
+    let calls = vec![
+        ("add".to_owned(), json!({"a": 1, "b": 2})),
+        ("boom".to_owned(), json!({"why": "test"})),
+        ("missing".to_owned(), json!({"q": 1})),
+    ];
+    let harness = harness(one_turn(&calls), vec![add(), t(&boom)], |b| {
+        b.payload_capture(PayloadCapture::all())
+    });
+    let (result, events) = crate::run(&harness).await;
+    let run = result.unwrap();
+    assert_eq!(run.status, RunStatus::Completed);
+    assert_eq!(boom.runs(), 1);
+    assert_eq!(transcript_arguments(&run.messages), calls);
+    // Every call's `ToolStarted` carries its arguments, lent or not (a
+    // refused call's comes first, at admission).
+    let mut started: Vec<(String, Option<Value>)> = events
+        .iter()
+        .filter_map(|event| match event {
+            AgentEvent::ToolStarted {
+                name, arguments, ..
+            } => Some((name.clone(), arguments.clone())),
+            _ => None,
+        })
+        .collect();
+    let mut expected: Vec<(String, Option<Value>)> = calls
+        .iter()
+        .map(|(name, args)| (name.clone(), Some(args.clone())))
+        .collect();
+    started.sort_by(|a, b| a.0.cmp(&b.0));
+    expected.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(started, expected);
+    tinyagents_tests::assert_one_terminal_per_start(&events);
 }
