@@ -172,7 +172,7 @@ impl ToolMiddleware for WrapPanics {
     async fn wrap_tool(
         &self,
         ctx: &ToolCallContext<'_>,
-        call: ToolCall,
+        call: &ToolCall,
         next: Next<'_>,
     ) -> Result<ToolResult, TinyAgentsError> {
         if call.name == "work" {
@@ -445,11 +445,11 @@ impl ToolMiddleware for WrapPanicsWhileBuilding {
         "wrap-building-panicker-82"
     }
 
-    fn wrap_tool<'life0, 'life1, 'life2, 'life3, 'async_trait>(
+    fn wrap_tool<'life0, 'life1, 'life2, 'life3, 'life4, 'async_trait>(
         &'life0 self,
         _ctx: &'life1 ToolCallContext<'life2>,
-        _call: ToolCall,
-        _next: Next<'life3>,
+        _call: &'life3 ToolCall,
+        _next: Next<'life4>,
     ) -> std::pin::Pin<
         Box<
             dyn std::future::Future<Output = Result<ToolResult, TinyAgentsError>>
@@ -462,6 +462,7 @@ impl ToolMiddleware for WrapPanicsWhileBuilding {
         'life1: 'async_trait,
         'life2: 'async_trait,
         'life3: 'async_trait,
+        'life4: 'async_trait,
         Self: 'async_trait,
     {
         panic!("wrap-sync-panic")

@@ -291,7 +291,7 @@ impl ToolMiddleware for Layer {
     async fn wrap_tool(
         &self,
         ctx: &ToolCallContext<'_>,
-        call: ToolCall,
+        call: &ToolCall,
         next: Next<'_>,
     ) -> Result<ToolResult, TinyAgentsError> {
         self.seen.fetch_add(1, Ordering::SeqCst);

@@ -185,3 +185,125 @@ async fn timeout_wrap_per_tool_bounds_override_the_default_and_reach_the_tool() 
     assert_eq!(quick.timeouts(), [Some(Duration::from_secs(1))]);
     assert_eq!(other.timeouts(), [Some(Duration::from_secs(5))]);
 }
+
+/// A layer that records the arguments it is lent and, for calls whose `n`
+/// is even, runs a changed copy that says so.
+struct Rewriting {
+    seen: Arc<Log>,
+}
+
+#[async_trait]
+impl ToolMiddleware for Rewriting {
+    fn name(&self) -> &str {
+        "rewriting"
+    }
+
+    async fn wrap_tool(
+        &self,
+        ctx: &ToolCallContext<'_>,
+        call: &ToolCall,
+        next: Next<'_>,
+    ) -> Result<ToolResult, TinyAgentsError> {
+        self.seen.push(format!("outer {}", call.arguments));
+        if call.arguments["n"].as_u64().is_some_and(|n| n % 2 == 0) {
+            let mut changed = call.clone();
+            changed.arguments["by"] = json!("wrap");
+            return next.run(ctx, &changed).await;
+        }
+        next.run(ctx, call).await
+    }
+}
+
+/// A layer that records the arguments it is lent and runs the call as is.
+struct Looking {
+    seen: Arc<Log>,
+}
+
+#[async_trait]
+impl ToolMiddleware for Looking {
+    fn name(&self) -> &str {
+        "looking"
+    }
+
+    async fn wrap_tool(
+        &self,
+        ctx: &ToolCallContext<'_>,
+        call: &ToolCall,
+        next: Next<'_>,
+    ) -> Result<ToolResult, TinyAgentsError> {
+        self.seen.push(format!("inner {}", call.arguments));
+        next.run(ctx, call).await
+    }
+}
+
+/// Issue 32 (wrap layers are lent the call): a layer that rewrites runs
+/// its changed copy, which the layers inside it and the tool receive; a
+/// layer that only looks runs the call as it was lent. The transcript's
+/// assistant message keeps what the model sent for every call of a
+/// parallel turn (nothing reads the transcript during it, so its
+/// arguments are lent to the calls and given back).
+#[tokio::test]
+async fn a_wrap_layer_is_lent_the_call_and_runs_a_changed_copy_when_it_rewrites() {
+    let echo = FnTool::new("echo", "Echoes its arguments.", |args: Value| async move {
+        anyhow::Ok(args.to_string())
+    })
+    .map_spec(ToolSpec::read_only);
+    let sent: Vec<(String, Value)> = (0..4)
+        .map(|n| ("echo".to_owned(), json!({"n": n})))
+        .collect();
+    let model = script(vec![turn(&sent), done()]);
+    let seen = Arc::new(Log::default());
+    let harness = AgentHarness::builder(model.clone())
+        .limits(RunLimits::default().with_max_parallel_calls(4))
+        .tool_middleware(Arc::new(Rewriting { seen: seen.clone() }))
+        .tool_middleware(Arc::new(Looking { seen: seen.clone() }))
+        .tool(echo)
+        .build()
+        .unwrap();
+    let run = harness.run("go").await.unwrap();
+    let results: Vec<String> = tool_results(&run.messages)
+        .into_iter()
+        .map(|(_, content, is_error)| {
+            assert!(!is_error, "{content}");
+            content
+        })
+        .collect();
+    assert_eq!(
+        results,
+        [
+            r#"{"by":"wrap","n":0}"#,
+            r#"{"n":1}"#,
+            r#"{"by":"wrap","n":2}"#,
+            r#"{"n":3}"#
+        ]
+    );
+    let mut seen = seen.entries();
+    seen.sort();
+    assert_eq!(
+        seen,
+        [
+            r#"inner {"by":"wrap","n":0}"#,
+            r#"inner {"by":"wrap","n":2}"#,
+            r#"inner {"n":1}"#,
+            r#"inner {"n":3}"#,
+            r#"outer {"n":0}"#,
+            r#"outer {"n":1}"#,
+            r#"outer {"n":2}"#,
+            r#"outer {"n":3}"#,
+        ]
+    );
+    let assistant: Vec<Value> = run
+        .messages
+        .iter()
+        .find_map(|m| match m {
+            Message::Assistant { tool_calls, .. } if !tool_calls.is_empty() => {
+                Some(tool_calls.iter().map(|c| c.arguments.clone()).collect())
+            }
+            _ => None,
+        })
+        .expect("the turn's assistant message");
+    assert_eq!(
+        assistant,
+        (0..4).map(|n| json!({"n": n})).collect::<Vec<_>>()
+    );
+}

@@ -226,7 +226,7 @@ impl ToolMiddleware for Wrap {
     async fn wrap_tool(
         &self,
         ctx: &ToolCallContext<'_>,
-        mut call: ToolCall,
+        call: &ToolCall,
         next: Next<'_>,
     ) -> Result<ToolResult, TinyAgentsError> {
         self.log.push(format!(
@@ -247,8 +247,9 @@ impl ToolMiddleware for Wrap {
                 reason: format!("no nested {}", call.name),
             }),
             WrapMode::Rewrite => {
-                call.arguments = json!({"rewritten": true});
-                next.run(ctx, call).await
+                let mut rewritten = call.clone();
+                rewritten.arguments = json!({"rewritten": true});
+                next.run(ctx, &rewritten).await
             }
             WrapMode::AskApproval => Err(TinyAgentsError::ApprovalRequired {
                 tool: call.name.clone(),

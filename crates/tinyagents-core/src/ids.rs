@@ -210,7 +210,13 @@ impl CallId {
 
     /// Whether this id names a nested call.
     pub fn is_nested(&self) -> bool {
-        self.bytes().contains(&b'/')
+        match &self.0 {
+            // The whole array: zero past the text (see `Hash`), and a fixed
+            // length the compiler unrolls (`contains` would call `memchr`).
+            #[allow(clippy::manual_contains)]
+            Repr::Inline { bytes, .. } => bytes.iter().any(|b| *b == b'/'),
+            Repr::Shared(text) => text.as_bytes().contains(&b'/'),
+        }
     }
 
     /// Whether this id names a call nested, at any depth, under `ancestor`
@@ -235,7 +241,14 @@ impl CallId {
 
 impl PartialEq for CallId {
     fn eq(&self, other: &Self) -> bool {
-        self.bytes() == other.bytes()
+        match (&self.0, &other.0) {
+            // Inline bytes are zero past the text (see `Hash`): the whole
+            // arrays compare, without a call to `memcmp`.
+            (Repr::Inline { len, bytes }, Repr::Inline { len: l, bytes: b }) => {
+                len == l && bytes == b
+            }
+            _ => self.bytes() == other.bytes(),
+        }
     }
 }
 
@@ -243,9 +256,24 @@ impl Eq for CallId {}
 
 impl std::hash::Hash for CallId {
     fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        // As `str` hashes its text.
-        state.write(self.bytes());
-        state.write_u8(0xff);
+        match &self.0 {
+            // A short id (`p12/3`, most of them) is one word: its first 16
+            // inline bytes, zero past its text (every `Repr::Inline` is
+            // built zeroed), its length in the last byte. A text short
+            // enough is always inline (`Repr::Shared` holds only texts
+            // longer than `INLINE`), so equal ids make equal words.
+            Repr::Inline { len, bytes } if *len < 16 => {
+                let mut word = [0u8; 16];
+                word.copy_from_slice(&bytes[..16]);
+                word[15] = *len;
+                state.write_u128(u128::from_le_bytes(word));
+            }
+            // As `str` hashes its text.
+            _ => {
+                state.write(self.bytes());
+                state.write_u8(0xff);
+            }
+        }
     }
 }
 
@@ -402,6 +430,44 @@ mod tests {
             serde_json::from_str(r#"{"p1/2": 1}"#).unwrap_or_default();
         assert_eq!(keyed.get(&CallId::model(1).child(2)), Some(&1));
         assert!(serde_json::from_str::<CallId>("12").is_err());
+    }
+
+    proptest::proptest! {
+        /// Equality, hashing and `is_nested` read the array of an inline
+        /// id past its text (it is zero there): they must agree with the
+        /// text however the id was made (a path built, parsed, cut to its
+        /// parent, short or long enough to be shared).
+        #[test]
+        fn equality_hash_and_nesting_follow_the_text(
+            root in 0u64..100_000_000_000,
+            steps in proptest::collection::vec(0u32..5_000_000, 0..4),
+            other in "[p0-9/]{1,30}",
+        ) {
+            use std::hash::BuildHasher;
+            let hashers = (
+                std::collections::hash_map::RandomState::new(),
+                foldhash::fast::FixedState::default(),
+            );
+            let hash = |id: &CallId| (hashers.0.hash_one(id), hashers.1.hash_one(id));
+            let mut built = CallId::model(root);
+            for step in &steps {
+                built = built.child(*step);
+            }
+            let text = built.as_str().to_owned();
+            let parsed = CallId::new(&text);
+            proptest::prop_assert_eq!(&built, &parsed);
+            proptest::prop_assert_eq!(hash(&built), hash(&parsed));
+            proptest::prop_assert_eq!(built.is_nested(), text.contains('/'));
+            if let Some(parent) = built.parent() {
+                let cut = &text[..text.rfind('/').unwrap_or_default()];
+                proptest::prop_assert_eq!(&parent, &CallId::new(cut));
+                proptest::prop_assert_eq!(hash(&parent), hash(&CallId::new(cut)));
+                proptest::prop_assert_ne!(&parent, &built);
+            }
+            let other = CallId::new(&other);
+            proptest::prop_assert_eq!(other == built, other.as_str() == text);
+            proptest::prop_assert_eq!(other.is_nested(), other.as_str().contains('/'));
+        }
     }
 
     #[test]

@@ -73,7 +73,7 @@ impl ToolMiddleware for PassThrough {
     async fn wrap_tool(
         &self,
         ctx: &ToolCallContext<'_>,
-        call: ToolCall,
+        call: &ToolCall,
         next: Next<'_>,
     ) -> Result<ToolResult, TinyAgentsError> {
         next.run(ctx, call).await

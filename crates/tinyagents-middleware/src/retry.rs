@@ -61,7 +61,7 @@ impl ToolMiddleware for RetryWrap {
     async fn wrap_tool(
         &self,
         ctx: &ToolCallContext<'_>,
-        call: ToolCall,
+        call: &ToolCall,
         next: Next<'_>,
     ) -> Result<ToolResult, TinyAgentsError> {
         if ctx.spec.replay != ToolReplay::Safe || self.max_attempts == 1 {
@@ -73,7 +73,7 @@ impl ToolMiddleware for RetryWrap {
             ToolCallContext { opts, ..*ctx }
         };
         for n in 0..self.max_attempts - 1 {
-            let error = match next.run(&attempt_ctx(n), call.clone()).await {
+            let error = match next.run(&attempt_ctx(n), call).await {
                 Ok(result) => return Ok(result),
                 Err(error) => error,
             };

@@ -56,7 +56,7 @@ impl ToolMiddleware for TimeoutWrap {
     async fn wrap_tool(
         &self,
         ctx: &ToolCallContext<'_>,
-        call: ToolCall,
+        call: &ToolCall,
         next: Next<'_>,
     ) -> Result<ToolResult, TinyAgentsError> {
         let Some(limit) = self.timeout_for(&call.name) else {

@@ -50,10 +50,14 @@ pub trait ToolMiddleware: Send + Sync {
     }
 
     /// Runs the call, usually by calling `next.run(ctx, call)`.
+    ///
+    /// The call is lent: a layer that only looks at it, or runs it as it
+    /// is (once or again, as a retry does), copies nothing. A layer that
+    /// rewrites it runs a changed copy: `next.run(ctx, &changed)`.
     async fn wrap_tool(
         &self,
         ctx: &ToolCallContext<'_>,
-        call: ToolCall,
+        call: &ToolCall,
         next: Next<'_>,
     ) -> Result<ToolResult, TinyAgentsError>;
 }
@@ -79,15 +83,16 @@ impl<'a> Next<'a> {
         Self { rest: layers, tool }
     }
 
-    /// Runs the remaining layers and then the tool.
+    /// Runs the remaining layers and then the tool, which reads the
+    /// arguments where they lie ([`Tool::execute_borrowed`]).
     ///
     /// Not an `async fn`: the next layer's (or the tool's) future is built
-    /// at once, so the call is not kept beside it at every layer. A panic
-    /// while building it or while it runs is contained all the same.
+    /// at once, so nothing is kept beside it at every layer. A panic while
+    /// building it or while it runs is contained all the same.
     pub fn run<'c, 'd>(
         self,
         ctx: &'c ToolCallContext<'d>,
-        call: ToolCall,
+        call: &'c ToolCall,
     ) -> impl Future<Output = Result<ToolResult, TinyAgentsError>> + Send + use<'a, 'c, 'd>
     where
         'a: 'c,
@@ -124,35 +129,10 @@ impl<'a> Next<'a> {
                 let tool = self.tool;
                 let built: Result<Building<'c, anyhow::Error>, _> =
                     catch_unwind(AssertUnwindSafe(|| {
-                        tool.execute_with_context(call.arguments, ctx.opts, Some(ctx.tool_context))
+                        tool.execute_borrowed(&call.arguments, ctx.opts, Some(ctx.tool_context))
                     }));
                 Either::Right(tool_outcome(ctx, built))
             }
-        }
-    }
-
-    /// [`run`](Next::run) for a call the caller keeps: without layers left,
-    /// the tool reads the arguments where they lie
-    /// ([`Tool::execute_borrowed`]); a layer gets its own copy of the call.
-    pub fn run_borrowed<'c, 'd>(
-        self,
-        ctx: &'c ToolCallContext<'d>,
-        call: &ToolCall,
-    ) -> impl Future<Output = Result<ToolResult, TinyAgentsError>> + Send + use<'a, 'c, 'd>
-    where
-        'a: 'c,
-        'd: 'c,
-    {
-        use futures_util::future::Either;
-        if self.rest.is_empty() {
-            let tool = self.tool;
-            let built: Result<Building<'c, anyhow::Error>, _> =
-                catch_unwind(AssertUnwindSafe(|| {
-                    tool.execute_borrowed(&call.arguments, ctx.opts, Some(ctx.tool_context))
-                }));
-            Either::Left(tool_outcome(ctx, built))
-        } else {
-            Either::Right(self.run(ctx, call.clone()))
         }
     }
 }

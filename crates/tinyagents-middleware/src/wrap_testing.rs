@@ -91,7 +91,7 @@ impl ToolMiddleware for Refuse {
     async fn wrap_tool(
         &self,
         _ctx: &ToolCallContext<'_>,
-        call: ToolCall,
+        call: &ToolCall,
         _next: Next<'_>,
     ) -> Result<ToolResult, TinyAgentsError> {
         Err(TinyAgentsError::Denied {
@@ -131,5 +131,5 @@ pub(crate) async fn run_onion_in(
         opts: ToolCallOptions::default(),
         detailed_errors: true,
     };
-    Next::new(&layers, tool).run(&ctx, call).await
+    Next::new(&layers, tool).run(&ctx, &call).await
 }

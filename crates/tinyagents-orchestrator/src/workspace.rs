@@ -66,7 +66,7 @@ impl ToolMiddleware for WorkspaceWrap {
     async fn wrap_tool(
         &self,
         ctx: &ToolCallContext<'_>,
-        call: ToolCall,
+        call: &ToolCall,
         next: Next<'_>,
     ) -> Result<ToolResult, TinyAgentsError> {
         let tool_context = ctx

@@ -546,7 +546,9 @@ impl CallPath {
             let name = hooked.name();
             match scope {
                 Scope::Model { ctx, state, .. } => {
-                    let built = hooked.build(hook, |m| m.before_tool(ctx, state, &mut a.call));
+                    let built = self
+                        .middlewares
+                        .build(hooked, hook, |m| m.before_tool(ctx, state, &mut a.call));
                     let verdict = contain(name, built).await?;
                     // The lookup matched the spec's name: no copy needed
                     // to tell whether a middleware changed it.
@@ -574,7 +576,9 @@ impl CallPath {
                     if planted(Mutation::SkipNestedPolicy) {
                         continue;
                     }
-                    let built = hooked.build(hook, |m| m.check_nested_tool(ctx, state, &a.call));
+                    let built = self
+                        .middlewares
+                        .build(hooked, hook, |m| m.check_nested_tool(ctx, state, &a.call));
                     contain(name, built).await?;
                 }
             }

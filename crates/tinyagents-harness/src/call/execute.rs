@@ -109,8 +109,7 @@ impl<'e> CallEnv<'e> {
             opts: ToolCallOptions::with_timeout(timeout),
             detailed_errors: harness.detailed_errors,
         };
-        let onion =
-            Next::new(&harness.wraps, entry.tool().as_ref()).run_borrowed(&wrap_context, call);
+        let onion = Next::new(&harness.wraps, entry.tool().as_ref()).run(&wrap_context, call);
         let guarded = AssertUnwindSafe(onion)
             .catch_unwind()
             .instrument(span.clone());

@@ -16,6 +16,9 @@ use tinyagents_middleware::{Hook, Middleware, is_default_hook, take_default_hook
 /// The middlewares of a harness, in registration order.
 pub(crate) struct Hooks {
     list: Box<[Hooked]>,
+    /// The hooks every middleware is known to provide: a call skips them
+    /// without walking the list.
+    all_default: AtomicU8,
 }
 
 /// One middleware and the mask of its hooks known to be the provided ones.
@@ -33,7 +36,10 @@ impl Hooks {
                 defaults: AtomicU8::new(0),
             })
             .collect();
-        Self { list }
+        Self {
+            list,
+            all_default: AtomicU8::new(0),
+        }
     }
 
     /// How many middlewares there are.
@@ -44,12 +50,34 @@ impl Hooks {
     /// The middlewares whose `hook` may do something, in registration
     /// order (`.rev()` for the `after_*` hooks).
     pub(crate) fn with(&self, hook: Hook) -> impl DoubleEndedIterator<Item = &Hooked> {
-        self.list.iter().filter(move |h| !h.is_default(hook))
+        let list: &[Hooked] = if self.none(hook) { &[] } else { &self.list };
+        list.iter().filter(move |h| !h.is_default(hook))
     }
 
     /// Whether some middleware's `hook` may do something.
     pub(crate) fn any(&self, hook: Hook) -> bool {
-        self.list.iter().any(|h| !h.is_default(hook))
+        !self.none(hook) && self.list.iter().any(|h| !h.is_default(hook))
+    }
+
+    /// Whether every middleware's `hook` is known to be the provided one.
+    fn none(&self, hook: Hook) -> bool {
+        self.all_default.load(Ordering::Relaxed) & hook as u8 != 0
+    }
+
+    /// Builds `hook` of `hooked` (one of this list) with `build`, as
+    /// [`Hooked::build`] does, and notes when every middleware's `hook` is
+    /// then known to be the provided one.
+    pub(crate) fn build<'s, T>(
+        &'s self,
+        hooked: &'s Hooked,
+        hook: Hook,
+        build: impl FnOnce(&'s (dyn Middleware + 'static)) -> T,
+    ) -> T {
+        let (built, marked) = hooked.build_marking(hook, build);
+        if marked && self.list.iter().all(|h| h.is_default(hook)) {
+            self.all_default.fetch_or(hook as u8, Ordering::Relaxed);
+        }
+        built
     }
 }
 
@@ -64,17 +92,18 @@ impl Hooked {
     }
 
     /// Builds (or, for `redact`, runs) `hook` with `build`, and marks the
-    /// hook when what was built is the provided one.
-    pub(crate) fn build<'s, T>(
+    /// hook when what was built is the provided one (then `true`).
+    fn build_marking<'s, T>(
         &'s self,
         hook: Hook,
         build: impl FnOnce(&'s (dyn Middleware + 'static)) -> T,
-    ) -> T {
+    ) -> (T, bool) {
         let middleware = &*self.middleware;
         let built = build(middleware);
-        if is_default_hook(take_default_hook(), middleware, hook) {
+        let provided = is_default_hook(take_default_hook(), middleware, hook);
+        if provided {
             self.defaults.fetch_or(hook as u8, Ordering::Relaxed);
         }
-        built
+        (built, provided)
     }
 }

@@ -2,7 +2,7 @@
 //! polls them, plus the bookkeeping of one turn's nested calls (ids,
 //! refusals, in-flight calls, concurrency holds and the parents' summaries).
 
-use std::collections::{HashMap as StdHashMap, HashSet as StdHashSet};
+use std::collections::HashMap as StdHashMap;
 use std::sync::Arc;
 
 use foldhash::fast::FixedState;
@@ -44,7 +44,6 @@ pub(crate) struct NestedRequest {
 /// costs a few hundred instructions per lookup; the fixed seed keeps their
 /// order the same from run to run.
 type HashMap<K, V> = StdHashMap<K, V, FixedState>;
-type HashSet<K> = StdHashSet<K, FixedState>;
 
 /// How a nested call ended, for its parent's summary.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -88,6 +87,27 @@ struct InFlight {
     charged: bool,
     started: Instant,
     args: Option<String>,
+    /// What it keeps for nested calls of its own.
+    family: Family,
+}
+
+/// What a call keeps for its nested calls, with the call: one map lookup
+/// reaches all of it, and it goes when the call does.
+#[derive(Default)]
+struct Family {
+    /// It is running and may make nested calls (from its start, or its
+    /// admission for a nested call, to its end).
+    open: bool,
+    /// The number of its last nested call (`p1/3` is its parent's third).
+    last_child: u32,
+    /// Its refused nested calls plus those being evaluated (a call is
+    /// charged before its evaluation and given back when admitted).
+    refusals: u32,
+    /// The hold a nested call runs under (a model-issued one has none).
+    hold: Option<HoldKind>,
+    /// The gate the fan-out of an exclusive nested holder shares.
+    child_gate: Option<Arc<RwLock<()>>>,
+    summary: Summary,
 }
 
 /// A call whose end was claimed while its terminal event is delivered.
@@ -113,6 +133,12 @@ struct Summary {
     truncated: u64,
 }
 
+impl Summary {
+    fn is_empty(&self) -> bool {
+        self.entries.is_empty() && self.truncated == 0
+    }
+}
+
 /// The bookkeeping of one turn's nested calls. A call is `in_flight` from
 /// the moment its `ToolStarted` was delivered until its end is claimed; it
 /// is `ending` while its terminal event is being delivered. Whoever claims a
@@ -121,17 +147,25 @@ struct Summary {
 /// its delivery to a drop, and the sweep delivers it.
 #[derive(Default)]
 struct RunnerState {
-    active: HashSet<CallId>,
-    next_child: HashMap<CallId, u32>,
-    /// Per parent: refused nested calls plus those being evaluated (a call
-    /// is charged before its evaluation and given back when admitted).
-    refusals: HashMap<CallId, u32>,
+    /// The families of the batch's model-issued calls, from their start to
+    /// their end.
+    roots: HashMap<CallId, Family>,
+    /// Nested calls, each with its family.
     in_flight: HashMap<CallId, InFlight>,
     ending: HashMap<CallId, Ending>,
-    holds: HashMap<CallId, HoldKind>,
-    /// The gate the fan-out of an exclusive nested holder shares.
-    child_gates: HashMap<CallId, Arc<RwLock<()>>>,
-    summaries: HashMap<CallId, Summary>,
+}
+
+impl RunnerState {
+    /// The family of the call `id`. Ids are the harness's own: a nested
+    /// call's has a `/` and is in flight; a model-issued call's has none
+    /// (`CallId::model`) and is a root.
+    fn family(&mut self, id: &CallId) -> Option<&mut Family> {
+        if id.is_nested() {
+            self.in_flight.get_mut(id).map(|flight| &mut flight.family)
+        } else {
+            self.roots.get_mut(id)
+        }
+    }
 }
 
 /// A nested call whose end was claimed by a sweep (its parent settled, or
@@ -182,7 +216,12 @@ impl NestedRunner {
 
     /// Marks `call` as running: it may now make nested calls.
     pub(crate) fn activate(&self, call: &CallId) {
-        self.state.lock().active.insert(call.clone());
+        self.state
+            .lock()
+            .roots
+            .entry(call.clone())
+            .or_default()
+            .open = true;
     }
 
     /// The serialised arguments a summary keeps (only under capture, and
@@ -228,11 +267,13 @@ impl NestedRunner {
         args: Option<String>,
     ) -> bool {
         let mut state = self.state.lock();
-        let count = state.refusals.entry(parent.clone()).or_insert(0);
-        let charged = *count < REFUSAL_CAP;
-        if charged {
-            *count += 1;
-        }
+        // A parent already gone keeps no quota: the call is evaluated (and
+        // refused as its parent's settling says).
+        let charged = state.family(parent).is_none_or(|family| {
+            let charged = family.refusals < REFUSAL_CAP;
+            family.refusals += u32::from(charged);
+            charged
+        });
         state.in_flight.insert(
             id.clone(),
             InFlight {
@@ -241,6 +282,7 @@ impl NestedRunner {
                 charged,
                 started: Instant::now(),
                 args,
+                family: Family::default(),
             },
         );
         charged
@@ -249,9 +291,9 @@ impl NestedRunner {
     /// Gives back a call's place in its parent's refusal quota.
     fn refund(state: &mut RunnerState, parent: &CallId, flight_charged: &mut bool) {
         if std::mem::take(flight_charged)
-            && let Some(count) = state.refusals.get_mut(parent)
+            && let Some(family) = state.family(parent)
         {
-            *count = count.saturating_sub(1);
+            family.refusals = family.refusals.saturating_sub(1);
         }
     }
 
@@ -259,15 +301,14 @@ impl NestedRunner {
     /// make nested calls of its own.
     pub(crate) fn admitted(&self, id: &CallId, kind: HoldKind) {
         let mut state = self.state.lock();
-        let charge = state
-            .in_flight
-            .get_mut(id)
-            .map(|flight| (flight.parent.clone(), std::mem::take(&mut flight.charged)));
-        if let Some((parent, mut charged)) = charge {
-            Self::refund(&mut state, &parent, &mut charged);
-        }
-        state.holds.insert(id.clone(), kind);
-        state.active.insert(id.clone());
+        // A call whose end was claimed meanwhile makes no nested calls.
+        let Some(flight) = state.in_flight.get_mut(id) else {
+            return;
+        };
+        flight.family.hold = Some(kind);
+        flight.family.open = true;
+        let (parent, mut charged) = (flight.parent.clone(), std::mem::take(&mut flight.charged));
+        Self::refund(&mut state, &parent, &mut charged);
     }
 
     /// Claims the end of a call: its summary entry is written, and the
@@ -296,8 +337,8 @@ impl NestedRunner {
             Self::refund(state, &flight.parent, &mut flight.charged);
         }
         let duration_ms = super::millis(flight.started);
-        state.holds.remove(id);
-        state.child_gates.remove(id);
+        // Its hold and its children's gate go with it.
+        drop(flight.family);
         // Without a listener a terminal event cannot be half-delivered.
         if self.events.is_active() {
             state.ending.insert(
@@ -347,17 +388,20 @@ impl NestedRunner {
     ) -> Result<(Hold, HoldKind), TinyAgentsError> {
         let (parent_hold, gate) = {
             let mut state = self.state.lock();
-            let parent_hold = state.holds.get(parent).copied();
-            let gate = match parent_hold {
-                Some(HoldKind::Exclusive) => Arc::clone(
-                    state
-                        .child_gates
-                        .entry(parent.clone())
-                        .or_insert_with(|| Arc::new(RwLock::new(()))),
+            match state.family(parent) {
+                Some(family) if family.hold == Some(HoldKind::Exclusive) => (
+                    family.hold,
+                    Arc::clone(
+                        family
+                            .child_gate
+                            .get_or_insert_with(|| Arc::new(RwLock::new(()))),
+                    ),
                 ),
-                _ => Arc::clone(&self.gate),
-            };
-            (parent_hold, gate)
+                family => (
+                    family.and_then(|family| family.hold),
+                    Arc::clone(&self.gate),
+                ),
+            }
         };
         match (parent_hold, shared) {
             (Some(HoldKind::Shared), true) => Ok((Hold::Inherited, HoldKind::Shared)),
@@ -381,9 +425,15 @@ impl NestedRunner {
     /// returned for its result's metadata.
     pub(crate) fn finish_parent(&self, parent: &CallId) -> (Option<Value>, Vec<Abandoned>) {
         let mut state = self.state.lock();
-        state.active.remove(parent);
-        if !state.next_child.contains_key(parent) {
+        let made = state.family(parent).is_some_and(|family| {
+            family.open = false;
+            family.last_child > 0
+        });
+        if !made {
             // It made no nested calls: nothing to sweep, no summary.
+            if !parent.is_nested() {
+                state.roots.remove(parent);
+            }
             return (None, Vec::new());
         }
         let ids: Vec<CallId> = state
@@ -392,8 +442,17 @@ impl NestedRunner {
             .filter(|id| id.is_descendant_of(parent))
             .cloned()
             .collect();
+        // Its abandoned children are in its summary.
         let abandoned = self.abandon(&mut state, ids);
-        (state.summaries.remove(parent).map(render), abandoned)
+        let summary = if parent.is_nested() {
+            state
+                .family(parent)
+                .map(|family| std::mem::take(&mut family.summary))
+        } else {
+            state.roots.remove(parent).map(|family| family.summary)
+        };
+        let summary = summary.filter(|summary| !summary.is_empty());
+        (summary.map(render), abandoned)
     }
 
     /// At the end of a batch: claims every call still in flight as
@@ -401,7 +460,9 @@ impl NestedRunner {
     /// delivered (including claimed ones whose delivery was dropped).
     pub(crate) fn abandon_all(&self) -> Vec<Abandoned> {
         let mut state = self.state.lock();
-        state.active.clear();
+        for family in state.roots.values_mut() {
+            family.open = false;
+        }
         let ids: Vec<CallId> = state.in_flight.keys().cloned().collect();
         let mut abandoned = self.abandon(&mut state, ids);
         let mut undelivered: Vec<CallId> = state
@@ -447,8 +508,13 @@ impl NestedRunner {
     }
 }
 
+/// Adds `entry` to the summary of `parent`, unless `parent` has ended (its
+/// summary was taken, or no one will read it).
 fn push_summary(state: &mut RunnerState, parent: &CallId, entry: SummaryEntry) {
-    let summary = state.summaries.entry(parent.clone()).or_default();
+    let Some(family) = state.family(parent) else {
+        return;
+    };
+    let summary = &mut family.summary;
     if summary.entries.len() < SUMMARY_CAP {
         summary.entries.push(entry);
     } else {
@@ -618,12 +684,13 @@ impl NestedRunner {
     ) -> Result<ToolResult, TinyAgentsError> {
         let id = {
             let mut state = self.state.lock();
-            if !state.active.contains(parent) {
-                return Err(parent_settled(name, parent, "has settled"));
+            match state.family(parent) {
+                Some(family) if family.open => {
+                    family.last_child += 1;
+                    parent.child(family.last_child)
+                }
+                _ => return Err(parent_settled(name, parent, "has settled")),
             }
-            let n = state.next_child.entry(parent.clone()).or_insert(0);
-            *n += 1;
-            parent.child(*n)
         };
         if self.cancel.is_cancelled() {
             // The loop is going away and will not service the request: the

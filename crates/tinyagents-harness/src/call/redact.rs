@@ -39,7 +39,8 @@ impl Redaction {
     fn scrub(&self, payload: &mut Value) -> Result<(), &str> {
         for hooked in self.middlewares.with(Hook::Redact) {
             let scrubbed = catch_unwind(AssertUnwindSafe(|| {
-                hooked.build(Hook::Redact, |m| m.redact(payload));
+                self.middlewares
+                    .build(hooked, Hook::Redact, |m| m.redact(payload));
             }));
             if scrubbed.is_err() {
                 *payload =

@@ -122,7 +122,7 @@ impl CallPath {
                 truncate(&mut result.content, ctx.limits.max_tool_result_bytes);
                 for hooked in self.middlewares.with(Hook::AfterTool).rev() {
                     let name = hooked.name();
-                    let hook = hooked.build(Hook::AfterTool, |m| {
+                    let hook = self.middlewares.build(hooked, Hook::AfterTool, |m| {
                         m.after_tool(ctx, state, call, &mut result)
                     });
                     if let Err(withheld) = contain(name, hook).await {
@@ -148,9 +148,11 @@ impl CallPath {
                 result.control = None;
                 if error.is_none() {
                     for hooked in self.middlewares.with(Hook::ObserveNestedResult) {
-                        let hook = hooked.build(Hook::ObserveNestedResult, |m| {
-                            m.observe_nested_result(ctx, state, call, &result)
-                        });
+                        let hook = self
+                            .middlewares
+                            .build(hooked, Hook::ObserveNestedResult, |m| {
+                                m.observe_nested_result(ctx, state, call, &result)
+                            });
                         if let Err(failed) = contain_unit(hooked.name(), hook).await {
                             let text = format!("result withheld: {failed}");
                             result = ToolResult::error(text.clone());

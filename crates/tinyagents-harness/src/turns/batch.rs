@@ -33,12 +33,6 @@ type Nested<'a> = Option<(
     &'a mut mpsc::UnboundedReceiver<NestedRequest>,
 )>;
 
-/// What finished in a batch: a call of the batch, or a nested call.
-enum Done {
-    Call(usize, CallOutcome),
-    Nested,
-}
-
 impl Run<'_> {
     /// Runs the admitted calls of a turn, leaving each one's outcome in its
     /// slot (none for a call that never started because the run was
@@ -149,20 +143,21 @@ impl Run<'_> {
         let left = work.len();
         let mut nested = nested;
         let runner = nested.as_ref().map(|(runner, _)| Arc::clone(runner));
-        let mut running: FuturesUnordered<BoxFuture<'_, Done>> = work
+        // The calls' futures are of one type, and so are the nested calls'
+        // being served: each set holds its own unboxed, so a call costs one
+        // allocation (its task), not two.
+        let mut running: FuturesUnordered<_> = work
             .into_iter()
             .map(|(index, call, entry, args_hash, provider_id)| {
                 let runner = runner.as_ref();
                 // The call's future itself, mapped: an `async` block would
                 // keep the call beside it.
                 let ids = (args_hash, provider_id);
-                let future: BoxFuture<'_, Done> = Box::pin(
-                    self.run_one(call, entry, ids, runner)
-                        .map(move |outcome| Done::Call(index, outcome)),
-                );
-                future
+                self.run_one(call, entry, ids, runner)
+                    .map(move |outcome| (index, outcome))
             })
             .collect();
+        let mut served = FuturesUnordered::new();
         let mut outcomes: Vec<(usize, CallOutcome)> = Vec::with_capacity(left);
         let serving = runner.as_ref();
         let drive = async {
@@ -175,25 +170,20 @@ impl Run<'_> {
                         // ended finds its caller gone.
                         tokio::select! {
                             biased;
-                            Some(done) = running.next() => {
-                                if let Done::Call(index, outcome) = done {
-                                    outcomes.push((index, outcome));
-                                }
-                            }
+                            Some(done) = running.next() => outcomes.push(done),
+                            Some(()) = served.next() => {}
                             Some(request) = rx.recv() => {
-                                running.push(Box::pin(async move {
+                                let serve: BoxFuture<'_, ()> = Box::pin(async move {
                                     self.env().serve_nested(runner, request).await;
-                                    Done::Nested
-                                }));
+                                });
+                                served.push(serve);
                             }
                         }
                     }
                 }
                 _ => {
                     while let Some(done) = running.next().await {
-                        if let Done::Call(index, outcome) = done {
-                            outcomes.push((index, outcome));
-                        }
+                        outcomes.push(done);
                     }
                 }
             }
@@ -209,6 +199,7 @@ impl Run<'_> {
         // gives back what it held (budget, gate, a reserved event slot),
         // and reporting may need it.
         drop(running);
+        drop(served);
         for (index, done) in outcomes {
             if let Some(Slot::Run { outcome, .. }) = slots.get_mut(index) {
                 *outcome = Some(done);

@@ -242,9 +242,12 @@ impl Run<'_> {
                 return self.limit_reached(limit).await;
             }
             for hooked in harness.calls.middlewares.with(Hook::BeforeModel) {
-                let hook = hooked.build(Hook::BeforeModel, |m| {
-                    m.before_model(&mut self.ctx, &mut self.state)
-                });
+                let hook = harness
+                    .calls
+                    .middlewares
+                    .build(hooked, Hook::BeforeModel, |m| {
+                        m.before_model(&mut self.ctx, &mut self.state)
+                    });
                 contain(hooked.name(), hook).await?;
             }
             if let Err(limit) = self.ctx.tracker().try_reserve_model_call() {
@@ -258,9 +261,12 @@ impl Run<'_> {
                 ModelOutcome::Limit(limit) => return self.limit_reached(limit).await,
             };
             for hooked in harness.calls.middlewares.with(Hook::AfterModel).rev() {
-                let hook = hooked.build(Hook::AfterModel, |m| {
-                    m.after_model(&mut self.ctx, &self.state, &mut response)
-                });
+                let hook = harness
+                    .calls
+                    .middlewares
+                    .build(hooked, Hook::AfterModel, |m| {
+                        m.after_model(&mut self.ctx, &self.state, &mut response)
+                    });
                 contain(hooked.name(), hook).await?;
             }
             let token_limit = self
