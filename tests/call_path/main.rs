@@ -28,6 +28,7 @@ mod capture;
 mod containment;
 mod identity;
 mod invalid_args;
+mod kept_context;
 mod lent;
 mod origins_prop;
 mod quota;

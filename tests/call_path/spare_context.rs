@@ -66,9 +66,13 @@ async fn i32_calls_sharing_the_spare_context_each_see_their_own_call_id() {
             kept: keep.then(Mutex::default),
         });
         let harness = harness(three_turns(), vec![t(&whoami)], |b| b);
-        // Without an event stream: a context a tool keeps holds the run's
-        // event sender, and a collector waits for the stream to close.
-        let run = harness.run("go").await.unwrap();
+        // With an event stream, which closes when the run ends whatever
+        // the tool kept (`kept_context.rs`).
+        let (run, _events) =
+            tokio::time::timeout(std::time::Duration::from_secs(30), crate::run(&harness))
+                .await
+                .expect("the event stream closed when the run ended");
+        let run = run.unwrap();
         let answers: Vec<String> = run
             .messages
             .iter()

@@ -255,6 +255,8 @@ impl PartialEq for CallId {
 impl Eq for CallId {}
 
 impl std::hash::Hash for CallId {
+    // Always inlined: a few instructions, called in every map lookup.
+    #[inline(always)]
     fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
         match &self.0 {
             // A short id (`p12/3`, most of them) is one word: its first 16

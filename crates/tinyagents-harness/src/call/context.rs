@@ -7,7 +7,7 @@ use tinyagents_core::{AgentId, CallId, LimitTracker, RunId, TinyAgentsError, Too
 use tinytools::ToolRunContext;
 
 use super::tool_runner::{NESTED_SCOPE, NestedToolRunner};
-use crate::events::EventSink;
+use crate::events::{EventSink, WeakEventSink};
 
 /// What the tools of one run segment may know of it; attached to the run's
 /// context once, shared by every call's [`ToolExecutionContext`].
@@ -18,7 +18,9 @@ pub(crate) struct RunShared {
     pub(crate) depth: u32,
     pub(crate) properties: Arc<Map<String, Value>>,
     pub(crate) tracker: Arc<LimitTracker>,
-    pub(crate) events: EventSink,
+    /// Weak: a tool may keep its context past its call, and must not keep
+    /// the run's stream open with it.
+    pub(crate) events: WeakEventSink,
 }
 
 /// A tool's handle on the harness while the agent loop executes it. The
@@ -186,9 +188,11 @@ impl ToolExecutionContext {
     /// stream, wrapped with this call's id, `agent_id` and the child's depth.
     pub fn delegate_events(&self, agent_id: AgentId) -> EventSink {
         match &self.run {
-            Some(run) => run
-                .events
-                .delegated(self.call_id.clone(), agent_id, run.depth + 1),
+            Some(run) => {
+                run.events
+                    .upgrade()
+                    .delegated(self.call_id.clone(), agent_id, run.depth + 1)
+            }
             None => EventSink::none(),
         }
     }

@@ -73,7 +73,7 @@ impl<'e> CallEnv<'e> {
                 runner.activate(&call_id);
             }
             NestedScope {
-                runner: NestedToolRunner::Loop(Arc::clone(runner)),
+                runner: NestedToolRunner::Loop(Arc::downgrade(runner)),
                 call_id: call_id.clone(),
             }
         });
@@ -204,9 +204,11 @@ impl<'e> CallEnv<'e> {
         .with_agent(ctx.agent_id.clone());
         let events = self.events.sink();
         if events.is_active() && !call_id.is_nested() {
-            let sink = events.clone();
+            // Weak: a tool may keep its context past its call, and must not
+            // keep the run's stream open with it.
+            let sink = events.downgrade();
             let progress: ProgressSink = Arc::new(move |p| {
-                sink.try_emit(if p.warning {
+                sink.upgrade().try_emit(if p.warning {
                     AgentEvent::Warning { message: p.message }
                 } else {
                     AgentEvent::ToolProgress {

@@ -188,7 +188,7 @@ pub(crate) struct NestedRunner {
     run: Arc<RunShared>,
 }
 
-fn parent_settled(name: &str, parent: &CallId, why: &str) -> TinyAgentsError {
+pub(crate) fn parent_settled(name: &str, parent: &CallId, why: &str) -> TinyAgentsError {
     TinyAgentsError::tool_failed(
         name,
         format!("parent settled: {parent} {why} while nested call '{name}' was in flight"),

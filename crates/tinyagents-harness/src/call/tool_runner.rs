@@ -2,20 +2,24 @@
 //! loop, installed in a task-local while the loop polls the calling tool's
 //! future.
 
-use std::sync::Arc;
+use std::sync::Weak;
 
 use serde_json::Value;
 use tinyagents_core::{CallId, TinyAgentsError, ToolResult};
 
-use super::nested::NestedRunner;
+use super::nested::{NestedRunner, parent_settled};
 
 /// Where a tool's nested calls go: the runner of the loop that polls it, or
 /// nowhere when nesting is off (every call refused). An enum, not a trait
 /// object, so a nested call boxes no future.
+///
+/// The runner is held weakly: its batch owns it, so a tool that keeps its
+/// context past the batch keeps no runner (nor the run's events it holds),
+/// and a nested call made through that context is refused.
 #[derive(Clone)]
 pub(crate) enum NestedToolRunner {
-    /// The loop's runner.
-    Loop(Arc<NestedRunner>),
+    /// The loop's runner, while its batch runs.
+    Loop(Weak<NestedRunner>),
     /// Nesting is off (`max_nested_depth` is 0).
     Disabled,
 }
@@ -31,7 +35,10 @@ impl NestedToolRunner {
         span: &tracing::Span,
     ) -> Result<ToolResult, TinyAgentsError> {
         match self {
-            Self::Loop(runner) => runner.call(parent, name, arguments, span).await,
+            Self::Loop(runner) => match runner.upgrade() {
+                Some(runner) => runner.call(parent, name, arguments, span).await,
+                None => Err(parent_settled(name, parent, "has settled")),
+            },
             Self::Disabled => Err(TinyAgentsError::NestedDisabled {
                 tool: name.to_owned(),
             }),

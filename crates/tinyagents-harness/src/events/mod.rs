@@ -249,6 +249,32 @@ pub struct EventSink {
     open: Option<Arc<OpenCalls>>,
 }
 
+/// An [`EventSink`] that does not keep its channel open
+/// ([`EventSink::downgrade`]); [`upgrade`](Self::upgrade) gives the sink
+/// back while the run that owns the channel still holds it.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct WeakEventSink {
+    out: Option<std::sync::Weak<Outlet>>,
+    scope: Option<Arc<DelegationScope>>,
+    bounds: Option<Arc<RunBounds>>,
+}
+
+impl WeakEventSink {
+    /// The sink, while its channel is held by someone else; a sink that
+    /// discards events once it is not (or if it never had a channel).
+    pub(crate) fn upgrade(&self) -> EventSink {
+        match self.out.as_ref().and_then(std::sync::Weak::upgrade) {
+            Some(out) => EventSink {
+                out: Some(out),
+                scope: self.scope.clone(),
+                bounds: self.bounds.clone(),
+                open: None,
+            },
+            None => EventSink::none(),
+        }
+    }
+}
+
 impl EventSink {
     /// A sink that discards events.
     pub fn none() -> Self {
@@ -280,6 +306,18 @@ impl EventSink {
             })),
             bounds: self.bounds.clone(),
             open: None,
+        }
+    }
+
+    /// A handle on this sink that does not keep its channel open: for what
+    /// a tool may keep past its call (its progress sink, its execution
+    /// context), so that the stream closes when the run ends whatever a
+    /// tool kept.
+    pub(crate) fn downgrade(&self) -> WeakEventSink {
+        WeakEventSink {
+            out: self.out.as_ref().map(Arc::downgrade),
+            scope: self.scope.clone(),
+            bounds: self.bounds.clone(),
         }
     }
 

@@ -157,7 +157,7 @@ impl AgentHarness {
             depth: ctx.depth,
             properties: Arc::clone(&ctx.properties),
             tracker: Arc::clone(ctx.tracker_arc()),
-            events: events.clone(),
+            events: events.downgrade(),
         });
         let redaction = Redaction::new(Arc::clone(&self.calls.middlewares));
         let options = ctx
