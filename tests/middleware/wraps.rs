@@ -186,16 +186,19 @@ async fn timeout_wrap_per_tool_bounds_override_the_default_and_reach_the_tool() 
     assert_eq!(other.timeouts(), [Some(Duration::from_secs(5))]);
 }
 
-/// A layer that records the arguments it is lent and, for calls whose `n`
-/// is even, runs a changed copy that says so.
-struct Rewriting {
+/// A layer that records the arguments it is lent, under its name, and runs
+/// them as they are; with `rewrite`, calls whose `n` is even run a changed
+/// copy that says so.
+struct Recording {
+    name: &'static str,
+    rewrite: bool,
     seen: Arc<Log>,
 }
 
 #[async_trait]
-impl ToolMiddleware for Rewriting {
+impl ToolMiddleware for Recording {
     fn name(&self) -> &str {
-        "rewriting"
+        self.name
     }
 
     async fn wrap_tool(
@@ -204,34 +207,12 @@ impl ToolMiddleware for Rewriting {
         call: &ToolCall,
         next: Next<'_>,
     ) -> Result<ToolResult, TinyAgentsError> {
-        self.seen.push(format!("outer {}", call.arguments));
-        if call.arguments["n"].as_u64().is_some_and(|n| n % 2 == 0) {
+        self.seen.push(format!("{} {}", self.name, call.arguments));
+        if self.rewrite && call.arguments["n"].as_u64().is_some_and(|n| n % 2 == 0) {
             let mut changed = call.clone();
             changed.arguments["by"] = json!("wrap");
             return next.run(ctx, &changed).await;
         }
-        next.run(ctx, call).await
-    }
-}
-
-/// A layer that records the arguments it is lent and runs the call as is.
-struct Looking {
-    seen: Arc<Log>,
-}
-
-#[async_trait]
-impl ToolMiddleware for Looking {
-    fn name(&self) -> &str {
-        "looking"
-    }
-
-    async fn wrap_tool(
-        &self,
-        ctx: &ToolCallContext<'_>,
-        call: &ToolCall,
-        next: Next<'_>,
-    ) -> Result<ToolResult, TinyAgentsError> {
-        self.seen.push(format!("inner {}", call.arguments));
         next.run(ctx, call).await
     }
 }
@@ -255,8 +236,16 @@ async fn a_wrap_layer_is_lent_the_call_and_runs_a_changed_copy_when_it_rewrites(
     let seen = Arc::new(Log::default());
     let harness = AgentHarness::builder(model.clone())
         .limits(RunLimits::default().with_max_parallel_calls(4))
-        .tool_middleware(Arc::new(Rewriting { seen: seen.clone() }))
-        .tool_middleware(Arc::new(Looking { seen: seen.clone() }))
+        .tool_middleware(Arc::new(Recording {
+            name: "outer",
+            rewrite: true,
+            seen: seen.clone(),
+        }))
+        .tool_middleware(Arc::new(Recording {
+            name: "inner",
+            rewrite: false,
+            seen: seen.clone(),
+        }))
         .tool(echo)
         .build()
         .unwrap();
