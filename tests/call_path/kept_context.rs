@@ -159,3 +159,95 @@ async fn i32_a_kept_context_of_a_delegated_call_holds_no_part_of_the_run() {
     assert_eq!(kept.len(), 1);
     use_after_the_run(&kept).await;
 }
+
+/// A tool that hands its context to a task it spawns, lets the task send a
+/// nested call, and returns without waiting for it.
+struct Spawner {
+    spec: ToolSpec,
+    task: Mutex<Option<tokio::task::JoinHandle<Result<ToolResult, TinyAgentsError>>>>,
+}
+
+#[async_trait]
+impl Tool for Spawner {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    async fn execute_with_context(
+        &self,
+        _args: Value,
+        _opts: ToolCallOptions,
+        context: Option<&ToolRunContext>,
+    ) -> anyhow::Result<ToolResult> {
+        let context = context.ok_or_else(|| anyhow::anyhow!("no context"))?;
+        let harness = installed(context).clone();
+        let task = tokio::spawn(async move { harness.call_tool("counted", json!({})).await });
+        *self.task.lock() = Some(task);
+        // The task runs and sends its request; the call then settles
+        // before the loop serves it.
+        tokio::task::yield_now().await;
+        Ok(ToolResult::text("spawned"))
+    }
+}
+
+/// A read-only tool that sleeps, keeping its batch (and the loop serving
+/// nested calls) alive after the spawner settled.
+fn sleeper() -> Arc<dyn Tool> {
+    Arc::new(
+        FnTool::new("sleep", "Sleeps.", |_: Value| async move {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            anyhow::Ok("slept")
+        })
+        .map_spec(ToolSpec::read_only),
+    )
+}
+
+/// NT-24 on the model-issued origin: a nested call a model-issued call's
+/// spawned task sent just before that call settled, and that the loop
+/// serves after, is refused as `parent settled` without running or
+/// starting, as one of a settled nested parent is, while the batch goes
+/// on (another call of it still runs).
+#[tokio::test(start_paused = true)]
+async fn i32_a_nested_call_sent_before_its_model_issued_parent_settled_and_served_after_is_refused()
+{
+    let spawner = Arc::new(Spawner {
+        spec: spec("spawn").read_only(),
+        task: Mutex::new(None),
+    });
+    let counted = crate::plain("counted");
+    let harness = harness(
+        one_turn(&[
+            ("spawn".to_owned(), json!({})),
+            ("sleep".to_owned(), json!({})),
+        ]),
+        vec![
+            Arc::clone(&spawner) as Arc<dyn Tool>,
+            sleeper(),
+            crate::t(&counted),
+        ],
+        |b| b,
+    );
+    let (result, events) = tokio::time::timeout(HANG, run(&harness))
+        .await
+        .expect("the run ended");
+    let run = result.unwrap();
+    assert_eq!(run.status, RunStatus::Completed);
+    assert_one_run_end(&events);
+    let task = spawner.task.lock().take().expect("the spawner ran");
+    let refused = task
+        .await
+        .unwrap()
+        .expect_err("the late nested call is refused");
+    assert!(
+        refused.to_string().starts_with("parent settled: p1"),
+        "{refused}"
+    );
+    assert_eq!(counted.runs(), 0, "the late nested call never ran");
+    assert!(
+        !events.iter().any(|e| matches!(
+            e,
+            AgentEvent::ToolStarted { call_id, .. } if call_id.as_str() == "p1/1"
+        )),
+        "the late nested call never started"
+    );
+}

@@ -235,13 +235,16 @@ impl NestedRunner {
 
     /// Answers `request` with the parent-settled refusal, without events,
     /// when it never started and never will: its caller stopped waiting
-    /// before the loop got to it, or its parent (a nested call) has already
-    /// ended (settled, timed out, abandoned). A model-issued parent is never
-    /// in flight here, and is running while its batch serves requests.
-    /// Gives the request back otherwise.
+    /// before the loop got to it, or its parent, whatever its origin, has
+    /// ended since it sent the request (settled, timed out, abandoned: a
+    /// task the parent spawned may outlive it). Gives the request back
+    /// otherwise.
     pub(crate) fn drop_orphan(&self, request: NestedRequest) -> Option<NestedRequest> {
-        let ended = request.parent.is_nested()
-            && !self.state.lock().in_flight.contains_key(&request.parent);
+        let ended = self
+            .state
+            .lock()
+            .family(&request.parent)
+            .is_none_or(|family| !family.open);
         if !request.reply.is_closed() && !ended {
             return Some(request);
         }
