@@ -143,9 +143,11 @@ impl Run<'_> {
         let left = work.len();
         let mut nested = nested;
         let runner = nested.as_ref().map(|(runner, _)| Arc::clone(runner));
-        // The calls' futures are of one type, and so are the nested calls'
-        // being served: each set holds its own unboxed, so a call costs one
-        // allocation (its task), not two.
+        // The calls' futures are of one type: their set holds them
+        // unboxed, so a call costs one allocation (its task), not two. The
+        // nested calls being served keep their box in a set of their own:
+        // their future is large, and copying it into its task costs more
+        // than the box.
         let mut running: FuturesUnordered<_> = work
             .into_iter()
             .map(|(index, call, entry, args_hash, provider_id)| {
