@@ -1,31 +1,31 @@
 //! The nested-call runner: a channel from tool futures to the loop that
 //! polls them, plus the bookkeeping of one turn's nested calls (ids,
 //! refusals, in-flight calls, concurrency holds and the parents' summaries).
+//! A parent's summary is `summary`; how a call's end is reported when the
+//! loop does not run it to its settlement is `ending`.
+
+mod ending;
+mod summary;
 
 use std::collections::HashMap as StdHashMap;
 use std::sync::Arc;
 
 use foldhash::fast::FixedState;
 use parking_lot::Mutex;
-use serde_json::{Map, Value, json};
+use serde_json::Value;
 use tinyagents_core::{CallId, CancellationToken, TinyAgentsError, ToolResult};
 
 use super::RunShared;
-use super::ToolSpan;
 use crate::call::ToolEvents;
-use tinytools::cut;
 use tokio::sync::{OwnedRwLockReadGuard, OwnedRwLockWriteGuard, RwLock, mpsc, oneshot};
 use tokio::time::Instant;
+
+pub(crate) use summary::attach_summary;
+use summary::{Summary, SummaryEntry, push_summary, render};
 
 /// Refused nested calls a parent may have before later ones are refused
 /// without evaluation.
 pub(crate) const REFUSAL_CAP: u32 = 8;
-/// Entries kept in a parent's `nested_calls` summary.
-pub(crate) const SUMMARY_CAP: usize = 32;
-/// Bytes of a nested call's serialised arguments kept in its summary entry.
-pub(crate) const SUMMARY_ARGS_BYTES: usize = 1024;
-/// Bytes of a nested call's error kept in its summary entry.
-pub(crate) const SUMMARY_ERROR_BYTES: usize = 256;
 
 /// A nested call on its way to the loop.
 pub(crate) struct NestedRequest {
@@ -117,28 +117,6 @@ struct Ending {
     duration_ms: u64,
 }
 
-/// One ended call, as its parent's summary lists it.
-struct SummaryEntry {
-    id: CallId,
-    name: String,
-    status: NestedStatus,
-    duration_ms: u64,
-    args: Option<String>,
-    error: Option<String>,
-}
-
-#[derive(Default)]
-struct Summary {
-    entries: Vec<SummaryEntry>,
-    truncated: u64,
-}
-
-impl Summary {
-    fn is_empty(&self) -> bool {
-        self.entries.is_empty() && self.truncated == 0
-    }
-}
-
 /// The bookkeeping of one turn's nested calls. A call is `in_flight` from
 /// the moment its `ToolStarted` was delivered until its end is claimed; it
 /// is `ending` while its terminal event is being delivered. Whoever claims a
@@ -222,15 +200,6 @@ impl NestedRunner {
             .entry(call.clone())
             .or_default()
             .open = true;
-    }
-
-    /// The serialised arguments a summary keeps (only under capture, and
-    /// redacted).
-    pub(crate) fn summary_args(&self, arguments: &Value) -> Option<String> {
-        self.events.captures().then(|| {
-            let redacted = self.events.redaction().copy(arguments);
-            cut(&redacted.to_string(), SUMMARY_ARGS_BYTES)
-        })
     }
 
     /// Answers `request` with the parent-settled refusal, without events,
@@ -371,11 +340,6 @@ impl NestedRunner {
         }
     }
 
-    fn summary_error(&self, status: NestedStatus, error: &str) -> Option<String> {
-        let keep = self.events.captures() || status == NestedStatus::Abandoned;
-        (keep && !error.is_empty()).then(|| cut(error, SUMMARY_ERROR_BYTES))
-    }
-
     /// The hold a nested call of `parent` runs under. Children of a
     /// model-issued call share the run's gate; the fan-out of an exclusive
     /// nested holder shares that holder's own gate, so its unsafe children
@@ -508,170 +472,6 @@ impl NestedRunner {
             self.close(state, &id, flight, NestedStatus::Abandoned, &error);
         }
         abandoned
-    }
-}
-
-/// Adds `entry` to the summary of `parent`, unless `parent` has ended (its
-/// summary was taken, or no one will read it).
-fn push_summary(state: &mut RunnerState, parent: &CallId, entry: SummaryEntry) {
-    let Some(family) = state.family(parent) else {
-        return;
-    };
-    let summary = &mut family.summary;
-    if summary.entries.len() < SUMMARY_CAP {
-        summary.entries.push(entry);
-    } else {
-        summary.truncated += 1;
-    }
-}
-
-fn render(summary: Summary) -> Value {
-    let entries: Vec<Value> = summary
-        .entries
-        .into_iter()
-        .map(|entry| {
-            let mut object = Map::new();
-            object.insert("id".into(), json!(entry.id));
-            object.insert("name".into(), json!(entry.name));
-            object.insert("status".into(), json!(entry.status.as_str()));
-            object.insert("duration_ms".into(), json!(entry.duration_ms));
-            if let Some(args) = entry.args {
-                object.insert("args".into(), json!(args));
-            }
-            if let Some(error) = entry.error {
-                object.insert("error".into(), json!(error));
-            }
-            Value::Object(object)
-        })
-        .collect();
-    let mut out = Map::new();
-    out.insert("nested_calls".into(), Value::Array(entries));
-    if summary.truncated > 0 {
-        out.insert("nested_calls_truncated".into(), json!(summary.truncated));
-    }
-    Value::Object(out)
-}
-
-/// Adds a parent's summary to its result's metadata, when that metadata is
-/// absent or an object.
-pub(crate) fn attach_summary(result: &mut ToolResult, summary: Value) {
-    let Value::Object(summary) = summary else {
-        return;
-    };
-    match &mut result.metadata {
-        None => result.metadata = Some(Value::Object(summary)),
-        Some(Value::Object(existing)) => existing.extend(summary),
-        Some(_) => {}
-    }
-}
-
-impl NestedRunner {
-    /// Refuses a request the loop never serviced (its batch ended first).
-    pub(crate) async fn refuse_unserviced(&self, request: NestedRequest) {
-        let Some(request) = self.drop_orphan(request) else {
-            return;
-        };
-        let error = parent_settled(&request.name, &request.parent, "settled");
-        let message = error.to_string();
-        self.refuse_here(
-            &request.id,
-            &request.parent,
-            &request.name,
-            &request.arguments,
-            &message,
-            &request.span,
-        )
-        .await;
-        let _ = request.reply.send(Err(error));
-    }
-
-    /// Refuses a call without the loop: its `ToolStarted`, its summary entry,
-    /// its `ToolFailed` and its span (under `span`, its parent's).
-    async fn refuse_here(
-        &self,
-        id: &CallId,
-        parent: &CallId,
-        name: &str,
-        arguments: &Value,
-        message: &str,
-        span: &tracing::Span,
-    ) {
-        let tool = ToolSpan {
-            id,
-            name,
-            provider_id: None,
-            parent: Some(span),
-            run: &self.run,
-        };
-        let redaction = self.events.redaction();
-        tool.refused(
-            &self.events,
-            || redaction.copy(arguments),
-            "refused",
-            message,
-        );
-        self.events
-            .started_nested(id, parent, name, arguments)
-            .await;
-        let _charged = self.started(id, parent, name, self.summary_args(arguments));
-        self.end_failed(id, 0, NestedStatus::Failed, message).await;
-    }
-
-    /// Claims a call's end and delivers its `ToolFailed`, unless its end was
-    /// already claimed. `error` is redacted first (a refusal may quote what
-    /// a hook or the gate said).
-    pub(crate) async fn end_failed(
-        &self,
-        id: &CallId,
-        duration_ms: u64,
-        status: NestedStatus,
-        error: &str,
-    ) {
-        let error = self.events.redaction().text(error.to_owned());
-        self.end_with(id, duration_ms, status, |_| error).await;
-    }
-
-    /// Ends a call whose caller stopped waiting for it.
-    pub(crate) async fn end_abandoned(&self, id: &CallId, parent: &CallId) {
-        let text = |name: &str| {
-            format!("parent settled: {parent} stopped waiting for nested call '{name}'")
-        };
-        self.end_with(id, 0, NestedStatus::Abandoned, text).await;
-    }
-
-    /// Claims a call's end in one lock, its error text made from its name,
-    /// and delivers its `ToolFailed`; nothing when its end was claimed
-    /// already.
-    async fn end_with(
-        &self,
-        id: &CallId,
-        duration_ms: u64,
-        status: NestedStatus,
-        error: impl FnOnce(&str) -> String,
-    ) {
-        let claimed = {
-            let mut state = self.state.lock();
-            state.in_flight.remove(id).map(|flight| {
-                let name = flight.name.clone();
-                let error = error(&name);
-                self.close(&mut state, id, flight, status, &error);
-                (name, error)
-            })
-        };
-        if let Some((name, error)) = claimed {
-            self.events.failed(id, &name, duration_ms, &error).await;
-            self.ended(id);
-        }
-    }
-
-    /// Delivers the `ToolFailed` of nested calls whose end a sweep claimed.
-    pub(crate) async fn report_abandoned(&self, abandoned: Vec<Abandoned>) {
-        for call in abandoned {
-            self.events
-                .failed(&call.id, &call.name, call.duration_ms, &call.error)
-                .await;
-            self.ended(&call.id);
-        }
     }
 }
 
