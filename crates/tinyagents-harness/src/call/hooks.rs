@@ -74,7 +74,16 @@ impl Hooks {
         build: impl FnOnce(&'s (dyn Middleware + 'static)) -> T,
     ) -> T {
         let (built, marked) = hooked.build_marking(hook, build);
-        if marked && self.list.iter().all(|h| h.is_default(hook)) {
+        // Marks are set and read here in one total order (`SeqCst`, and
+        // only on this rare path): of two middlewares marked at once on two
+        // threads, the one marked last sees the other's mark, so the
+        // summary is never missed for good.
+        if marked
+            && self
+                .list
+                .iter()
+                .all(|h| h.defaults.load(Ordering::SeqCst) & hook as u8 != 0)
+        {
             self.all_default.fetch_or(hook as u8, Ordering::Relaxed);
         }
         built
@@ -102,8 +111,75 @@ impl Hooked {
         let built = build(middleware);
         let provided = is_default_hook(take_default_hook(), middleware, hook);
         if provided {
-            self.defaults.fetch_or(hook as u8, Ordering::Relaxed);
+            self.defaults.fetch_or(hook as u8, Ordering::SeqCst);
         }
         (built, provided)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use serde_json::{Value, json};
+    use tinyagents_middleware::{Hook, Middleware};
+
+    use super::Hooks;
+
+    /// A middleware whose hooks are all the provided ones.
+    struct Plain;
+
+    impl Middleware for Plain {
+        fn name(&self) -> &str {
+            "plain"
+        }
+    }
+
+    /// A middleware that implements `redact`.
+    struct Scrubs;
+
+    impl Middleware for Scrubs {
+        fn name(&self) -> &str {
+            "scrubs"
+        }
+
+        fn redact(&self, payload: &mut Value) {
+            *payload = json!("scrubbed");
+        }
+    }
+
+    /// Builds every listed middleware's `redact` once, as a call does.
+    fn redact_all(hooks: &Hooks) -> Value {
+        let mut payload = json!("secret");
+        for hooked in hooks.with(Hook::Redact) {
+            hooks.build(hooked, Hook::Redact, |m| m.redact(&mut payload));
+        }
+        payload
+    }
+
+    /// Once every middleware's hook was seen to be the provided one, the
+    /// list is skipped whole; one middleware that implements it keeps the
+    /// walk, and only it is listed.
+    #[test]
+    fn a_hook_every_middleware_provides_is_skipped_whole() {
+        let plain: Vec<Arc<dyn Middleware>> = vec![Arc::new(Plain), Arc::new(Plain)];
+        let hooks = Hooks::new(plain);
+        assert!(!hooks.none(Hook::Redact), "nothing is known before a call");
+        assert_eq!(hooks.with(Hook::Redact).count(), 2);
+        assert_eq!(redact_all(&hooks), json!("secret"));
+        assert!(hooks.none(Hook::Redact), "both were seen to provide it");
+        assert!(!hooks.any(Hook::Redact));
+        assert_eq!(hooks.with(Hook::Redact).count(), 0);
+        assert!(!hooks.none(Hook::AfterTool), "another hook is not known");
+
+        let mixed: Vec<Arc<dyn Middleware>> = vec![Arc::new(Plain), Arc::new(Scrubs)];
+        let hooks = Hooks::new(mixed);
+        for _ in 0..2 {
+            assert_eq!(redact_all(&hooks), json!("scrubbed"));
+        }
+        assert!(!hooks.none(Hook::Redact));
+        assert!(hooks.any(Hook::Redact));
+        let listed: Vec<&str> = hooks.with(Hook::Redact).map(|h| h.name()).collect();
+        assert_eq!(listed, ["scrubs"]);
     }
 }
