@@ -107,18 +107,17 @@ enum Repr {
     Shared(Arc<str>),
 }
 
-/// The decimal digits of `n`, right-aligned in a buffer; `.1` is where
-/// they start.
-fn decimal(mut n: u64) -> ([u8; 20], usize) {
-    let mut digits = [0u8; 20];
-    let mut at = digits.len();
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (n % 10) as u8;
+/// How many decimal digits `n` has (1 for 0, at most 20).
+fn digit_count(n: u64) -> usize {
+    n.checked_ilog10().map_or(1, |log| log as usize + 1)
+}
+
+/// Writes the decimal digits of `n` into `out`, right-aligned: `out` is
+/// [`digit_count`]`(n)` bytes long.
+fn write_digits(out: &mut [u8], mut n: u64) {
+    for digit in out.iter_mut().rev() {
+        *digit = b'0' + (n % 10) as u8;
         n /= 10;
-        if n == 0 {
-            return (digits, at);
-        }
     }
 }
 
@@ -156,14 +155,14 @@ impl CallId {
 
     /// The id of the `index`-th model-issued call of a run (1-based): `p<index>`.
     pub fn model(index: u64) -> Self {
-        let (digits, start) = decimal(index);
-        let digits = &digits[start..];
-        // `p` and at most 20 digits: always inline.
+        // `p` and at most 20 digits: always inline, the digits written in
+        // place.
+        let len = 1 + digit_count(index);
         let mut bytes = [0u8; INLINE];
         bytes[0] = b'p';
-        bytes[1..=digits.len()].copy_from_slice(digits);
+        write_digits(&mut bytes[1..len], index);
         Self(Repr::Inline {
-            len: digits.len() as u8 + 1,
+            len: len as u8,
             bytes,
         })
     }
@@ -175,17 +174,29 @@ impl CallId {
 
     /// The id of this call's `n`-th nested call (n counts from 1): `<self>/<n>`.
     pub fn child(&self, n: u32) -> Self {
-        let (digits, start) = decimal(u64::from(n));
-        let digits = &digits[start..];
-        let parent = self.bytes();
-        if parent.len() + 1 + digits.len() <= INLINE {
-            return Self::inline(&[parent, b"/", digits]);
+        let count = digit_count(u64::from(n));
+        if let Repr::Inline { len, bytes } = &self.0 {
+            let at = usize::from(*len);
+            let end = at + 1 + count;
+            if end <= INLINE {
+                // The parent's array, zero past its text, gets `/` and the
+                // digits in place.
+                let mut bytes = *bytes;
+                bytes[at] = b'/';
+                write_digits(&mut bytes[at + 1..end], u64::from(n));
+                return Self(Repr::Inline {
+                    len: end as u8,
+                    bytes,
+                });
+            }
         }
-        let mut text = String::with_capacity(parent.len() + 1 + digits.len());
+        let mut digits = [0u8; 10];
+        write_digits(&mut digits[..count], u64::from(n));
+        let mut text = String::with_capacity(self.bytes().len() + 1 + count);
         text.push_str(self.as_str());
         text.push('/');
         // ASCII digits.
-        text.extend(digits.iter().map(|d| char::from(*d)));
+        text.extend(digits[..count].iter().map(|d| char::from(*d)));
         Self(Repr::Shared(Arc::from(text)))
     }
 
