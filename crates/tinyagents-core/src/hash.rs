@@ -1,8 +1,6 @@
 //! A stable hash of tool arguments: the idempotency key of a call and what
 //! an approval binds to.
 
-use std::io::Write;
-
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
@@ -15,21 +13,16 @@ pub fn canonical_json(value: &Value) -> String {
     String::from_utf8(out).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
 }
 
-/// Writes a string or scalar as compact JSON (writing to a `Vec` or to
-/// the hasher cannot fail, nor can serialising a `Value` or a `str`).
-fn write_json<T: serde::Serialize + ?Sized>(value: &T, out: &mut impl Write) {
-    let _ = serde_json::to_writer(out, value);
+/// Writes a string or scalar as compact JSON (writing to a `Vec` cannot
+/// fail, nor can serialising a `Value` or a `str`).
+fn write_json<T: serde::Serialize + ?Sized>(value: &T, out: &mut Vec<u8>) {
+    let _ = serde_json::to_writer(&mut *out, value);
 }
 
-/// Writes `bytes` (to a `Vec` or to the hasher, which cannot fail).
-fn put(out: &mut impl Write, bytes: &[u8]) {
-    let _ = out.write_all(bytes);
-}
-
-fn write_canonical(value: &Value, out: &mut impl Write) {
+fn write_canonical(value: &Value, out: &mut Vec<u8>) {
     match value {
         Value::Object(object) => {
-            put(out, b"{");
+            out.push(b'{');
             // Without serde_json's `preserve_order` (which another crate of
             // the build may turn on) the keys already come sorted; the
             // text must not depend on it.
@@ -44,30 +37,30 @@ fn write_canonical(value: &Value, out: &mut impl Write) {
                 entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
                 write_members(entries.into_iter(), out);
             }
-            put(out, b"}");
+            out.push(b'}');
         }
         Value::Array(items) => {
-            put(out, b"[");
+            out.push(b'[');
             for (i, item) in items.iter().enumerate() {
                 if i > 0 {
-                    put(out, b",");
+                    out.push(b',');
                 }
                 write_canonical(item, out);
             }
-            put(out, b"]");
+            out.push(b']');
         }
         scalar => write_json(scalar, out),
     }
 }
 
 /// An object's members, in the order given, as `"key":value,...`.
-fn write_members<'a>(members: impl Iterator<Item = (&'a String, &'a Value)>, out: &mut impl Write) {
+fn write_members<'a>(members: impl Iterator<Item = (&'a String, &'a Value)>, out: &mut Vec<u8>) {
     for (i, (key, inner)) in members.enumerate() {
         if i > 0 {
-            put(out, b",");
+            out.push(b',');
         }
         write_json(key.as_str(), out);
-        put(out, b":");
+        out.push(b':');
         write_canonical(inner, out);
     }
 }

@@ -542,13 +542,11 @@ impl CallPath {
             Scope::Model { .. } => Hook::BeforeTool,
             Scope::Nested { .. } => Hook::CheckNestedTool,
         };
-        for hooked in self.middlewares.with(hook) {
-            let name = hooked.name();
+        for site in self.middlewares.with(hook) {
+            let name = site.name();
             match scope {
                 Scope::Model { ctx, state, .. } => {
-                    let built = self
-                        .middlewares
-                        .build(hooked, hook, |m| m.before_tool(ctx, state, &mut a.call));
+                    let built = site.build(|m| m.before_tool(ctx, state, &mut a.call));
                     let verdict = contain(name, built).await?;
                     // The lookup matched the spec's name: no copy needed
                     // to tell whether a middleware changed it.
@@ -576,9 +574,7 @@ impl CallPath {
                     if planted(Mutation::SkipNestedPolicy) {
                         continue;
                     }
-                    let built = self
-                        .middlewares
-                        .build(hooked, hook, |m| m.check_nested_tool(ctx, state, &a.call));
+                    let built = site.build(|m| m.check_nested_tool(ctx, state, &a.call));
                     contain(name, built).await?;
                 }
             }

@@ -59,9 +59,9 @@ impl std::fmt::Debug for ToolExecutionContext {
 ///
 /// Only a context nothing else holds is written to or kept (`Arc::get_mut`
 /// decides), so a tool that kept its context (in a task it spawned, say)
-/// keeps it unchanged and the next call allocates its own. A kept context
-/// holds no span and no nested runner between calls: a call's span ends
-/// with its call.
+/// keeps it unchanged and the next call allocates its own. The spare holds
+/// no span and no nested runner between calls: a call's span ends with its
+/// call.
 #[derive(Default)]
 pub(crate) struct SpareContext(parking_lot::Mutex<Option<Arc<ToolExecutionContext>>>);
 

@@ -48,10 +48,16 @@ impl Hooks {
     }
 
     /// The middlewares whose `hook` may do something, in registration
-    /// order (`.rev()` for the `after_*` hooks).
-    pub(crate) fn with(&self, hook: Hook) -> impl DoubleEndedIterator<Item = &Hooked> {
+    /// order (`.rev()` for the `after_*` hooks), each ready to build it.
+    pub(crate) fn with(&self, hook: Hook) -> impl DoubleEndedIterator<Item = Site<'_>> {
         let list: &[Hooked] = if self.none(hook) { &[] } else { &self.list };
-        list.iter().filter(move |h| !h.is_default(hook))
+        list.iter()
+            .filter(move |h| !h.is_default(hook))
+            .map(move |hooked| Site {
+                hooks: self,
+                hooked,
+                hook,
+            })
     }
 
     /// Whether some middleware's `hook` may do something.
@@ -64,56 +70,54 @@ impl Hooks {
         self.all_default.load(Ordering::Relaxed) & hook as u8 != 0
     }
 
-    /// Builds `hook` of `hooked` (one of this list) with `build`, as
-    /// [`Hooked::build`] does, and notes when every middleware's `hook` is
-    /// then known to be the provided one.
-    pub(crate) fn build<'s, T>(
-        &'s self,
-        hooked: &'s Hooked,
-        hook: Hook,
-        build: impl FnOnce(&'s (dyn Middleware + 'static)) -> T,
-    ) -> T {
-        let (built, marked) = hooked.build_marking(hook, build);
+    /// Notes, once `hooked`'s `hook` was marked, whether every middleware's
+    /// `hook` is now known to be the provided one.
+    fn note_marked(&self, hook: Hook) {
         // Marks are set and read here in one total order (`SeqCst`, and
         // only on this rare path): of two middlewares marked at once on two
         // threads, the one marked last sees the other's mark, so the
         // summary is never missed for good.
-        if marked
-            && self
-                .list
-                .iter()
-                .all(|h| h.defaults.load(Ordering::SeqCst) & hook as u8 != 0)
+        if self
+            .list
+            .iter()
+            .all(|h| h.defaults.load(Ordering::SeqCst) & hook as u8 != 0)
         {
             self.all_default.fetch_or(hook as u8, Ordering::Relaxed);
+        }
+    }
+}
+
+/// One middleware's hook, as a call is about to build it.
+pub(crate) struct Site<'s> {
+    hooks: &'s Hooks,
+    hooked: &'s Hooked,
+    hook: Hook,
+}
+
+impl<'s> Site<'s> {
+    /// The name its refusals cite.
+    pub(crate) fn name(&self) -> &'s str {
+        self.hooked.middleware.name()
+    }
+
+    /// Builds (or, for `redact`, runs) the hook with `build`, and marks it
+    /// when what was built is the provided one.
+    pub(crate) fn build<T>(&self, build: impl FnOnce(&'s (dyn Middleware + 'static)) -> T) -> T {
+        let middleware = &*self.hooked.middleware;
+        let built = build(middleware);
+        if is_default_hook(take_default_hook(), middleware, self.hook) {
+            self.hooked
+                .defaults
+                .fetch_or(self.hook as u8, Ordering::SeqCst);
+            self.hooks.note_marked(self.hook);
         }
         built
     }
 }
 
 impl Hooked {
-    /// The name its refusals cite.
-    pub(crate) fn name(&self) -> &str {
-        self.middleware.name()
-    }
-
     fn is_default(&self, hook: Hook) -> bool {
         self.defaults.load(Ordering::Relaxed) & hook as u8 != 0
-    }
-
-    /// Builds (or, for `redact`, runs) `hook` with `build`, and marks the
-    /// hook when what was built is the provided one (then `true`).
-    fn build_marking<'s, T>(
-        &'s self,
-        hook: Hook,
-        build: impl FnOnce(&'s (dyn Middleware + 'static)) -> T,
-    ) -> (T, bool) {
-        let middleware = &*self.middleware;
-        let built = build(middleware);
-        let provided = is_default_hook(take_default_hook(), middleware, hook);
-        if provided {
-            self.defaults.fetch_or(hook as u8, Ordering::SeqCst);
-        }
-        (built, provided)
     }
 }
 
@@ -151,8 +155,8 @@ mod tests {
     /// Builds every listed middleware's `redact` once, as a call does.
     fn redact_all(hooks: &Hooks) -> Value {
         let mut payload = json!("secret");
-        for hooked in hooks.with(Hook::Redact) {
-            hooks.build(hooked, Hook::Redact, |m| m.redact(&mut payload));
+        for site in hooks.with(Hook::Redact) {
+            site.build(|m| m.redact(&mut payload));
         }
         payload
     }
@@ -179,7 +183,7 @@ mod tests {
         }
         assert!(!hooks.none(Hook::Redact));
         assert!(hooks.any(Hook::Redact));
-        let listed: Vec<&str> = hooks.with(Hook::Redact).map(|h| h.name()).collect();
+        let listed: Vec<&str> = hooks.with(Hook::Redact).map(|s| s.name()).collect();
         assert_eq!(listed, ["scrubs"]);
     }
 }

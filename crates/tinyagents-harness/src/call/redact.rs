@@ -37,15 +37,14 @@ impl Redaction {
     /// Scrubs `payload` in place; `Err` names the middleware whose `redact`
     /// panicked (the payload was replaced by a placeholder).
     fn scrub(&self, payload: &mut Value) -> Result<(), &str> {
-        for hooked in self.middlewares.with(Hook::Redact) {
+        for site in self.middlewares.with(Hook::Redact) {
             let scrubbed = catch_unwind(AssertUnwindSafe(|| {
-                self.middlewares
-                    .build(hooked, Hook::Redact, |m| m.redact(payload));
+                site.build(|m| m.redact(payload));
             }));
             if scrubbed.is_err() {
                 *payload =
-                    Value::String(format!("[withheld: redaction by {} failed]", hooked.name()));
-                return Err(hooked.name());
+                    Value::String(format!("[withheld: redaction by {} failed]", site.name()));
+                return Err(site.name());
             }
         }
         Ok(())

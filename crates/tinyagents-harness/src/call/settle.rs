@@ -120,11 +120,9 @@ impl CallPath {
         match scope {
             SettleScope::Model { ctx, state } => {
                 truncate(&mut result.content, ctx.limits.max_tool_result_bytes);
-                for hooked in self.middlewares.with(Hook::AfterTool).rev() {
-                    let name = hooked.name();
-                    let hook = self.middlewares.build(hooked, Hook::AfterTool, |m| {
-                        m.after_tool(ctx, state, call, &mut result)
-                    });
+                for site in self.middlewares.with(Hook::AfterTool).rev() {
+                    let name = site.name();
+                    let hook = site.build(|m| m.after_tool(ctx, state, call, &mut result));
                     if let Err(withheld) = contain(name, hook).await {
                         let text = format!("result withheld: {withheld}");
                         result = ToolResult::error(text.clone());
@@ -147,13 +145,10 @@ impl CallPath {
                 // A nested result cannot steer the run.
                 result.control = None;
                 if error.is_none() {
-                    for hooked in self.middlewares.with(Hook::ObserveNestedResult) {
-                        let hook = self
-                            .middlewares
-                            .build(hooked, Hook::ObserveNestedResult, |m| {
-                                m.observe_nested_result(ctx, state, call, &result)
-                            });
-                        if let Err(failed) = contain_unit(hooked.name(), hook).await {
+                    for site in self.middlewares.with(Hook::ObserveNestedResult) {
+                        let hook =
+                            site.build(|m| m.observe_nested_result(ctx, state, call, &result));
+                        if let Err(failed) = contain_unit(site.name(), hook).await {
                             let text = format!("result withheld: {failed}");
                             result = ToolResult::error(text.clone());
                             error = Some(TinyAgentsError::tool_failed(call.name.clone(), text));

@@ -241,14 +241,9 @@ impl Run<'_> {
             if let Err(limit) = self.ctx.check_wall_clock() {
                 return self.limit_reached(limit).await;
             }
-            for hooked in harness.calls.middlewares.with(Hook::BeforeModel) {
-                let hook = harness
-                    .calls
-                    .middlewares
-                    .build(hooked, Hook::BeforeModel, |m| {
-                        m.before_model(&mut self.ctx, &mut self.state)
-                    });
-                contain(hooked.name(), hook).await?;
+            for site in harness.calls.middlewares.with(Hook::BeforeModel) {
+                let hook = site.build(|m| m.before_model(&mut self.ctx, &mut self.state));
+                contain(site.name(), hook).await?;
             }
             if let Err(limit) = self.ctx.tracker().try_reserve_model_call() {
                 return self.limit_reached(limit).await;
@@ -260,14 +255,9 @@ impl Run<'_> {
                 }
                 ModelOutcome::Limit(limit) => return self.limit_reached(limit).await,
             };
-            for hooked in harness.calls.middlewares.with(Hook::AfterModel).rev() {
-                let hook = harness
-                    .calls
-                    .middlewares
-                    .build(hooked, Hook::AfterModel, |m| {
-                        m.after_model(&mut self.ctx, &self.state, &mut response)
-                    });
-                contain(hooked.name(), hook).await?;
+            for site in harness.calls.middlewares.with(Hook::AfterModel).rev() {
+                let hook = site.build(|m| m.after_model(&mut self.ctx, &self.state, &mut response));
+                contain(site.name(), hook).await?;
             }
             let token_limit = self
                 .ctx
