@@ -251,3 +251,42 @@ async fn i32_a_nested_call_sent_before_its_model_issued_parent_settled_and_serve
         "the late nested call never started"
     );
 }
+
+/// NT-24 on the nested origin: a nested call (`p1/1/1`) that a nested
+/// call's (`p1/1`) spawned task sent just before `p1/1` settled is refused
+/// as `parent settled`, never runs and never starts.
+#[tokio::test(start_paused = true)]
+async fn i32_a_nested_call_sent_before_its_nested_parent_settled_and_served_after_is_refused() {
+    let spawner = Arc::new(Spawner {
+        spec: spec("spawn").read_only(),
+        task: Mutex::new(None),
+    });
+    let counted = crate::plain("counted");
+    let harness = harness(
+        one_turn(&[crate::Origin::Nested.call("spawn", json!({}))]),
+        vec![Arc::clone(&spawner) as Arc<dyn Tool>, crate::t(&counted)],
+        |b| b,
+    );
+    let (result, events) = tokio::time::timeout(HANG, run(&harness))
+        .await
+        .expect("the run ended");
+    assert_eq!(result.unwrap().status, RunStatus::Completed);
+    assert_one_run_end(&events);
+    let task = spawner.task.lock().take().expect("the spawner ran");
+    let refused = task
+        .await
+        .unwrap()
+        .expect_err("the late nested call is refused");
+    assert!(
+        refused.to_string().starts_with("parent settled: p1/1"),
+        "{refused}"
+    );
+    assert_eq!(counted.runs(), 0, "the late nested call never ran");
+    assert!(
+        !events.iter().any(|e| matches!(
+            e,
+            AgentEvent::ToolStarted { call_id, .. } if call_id.as_str() == "p1/1/1"
+        )),
+        "the late nested call never started"
+    );
+}
