@@ -229,10 +229,14 @@ async fn model_call_cap_under_stop_returns_the_valid_transcript() {
 // ---- max_tokens ----
 
 fn with_usage(response: ChatResponse, tokens: u64) -> ChatResponse {
-    response.with_usage(Usage {
-        input_tokens: tokens,
-        output_tokens: 0,
-    })
+    response.with_usage(Usage::new(tokens, 0))
+}
+
+fn output_cap(tokens: u32) -> tinyagents::core::ModelOptions {
+    tinyagents::core::ModelOptions {
+        max_output_tokens: Some(tokens),
+        ..Default::default()
+    }
 }
 
 #[tokio::test]
@@ -241,8 +245,14 @@ async fn tokens_at_the_cap_complete_and_one_over_is_reported() {
         with_usage(adds(1), 60),
         with_usage(ChatResponse::text("done"), 40),
     ]);
+    // Each call reserves its worst case before it is made (issue 33): no
+    // prompt (the estimate says 0) and at most 40 tokens of answer. The
+    // first answer spends 60, past what it held; the second fits the 40
+    // left exactly.
     let harness = AgentHarness::builder(at)
         .limits(RunLimits::default().with_max_tokens(100))
+        .prompt_estimator(|_| 0)
+        .model_options(output_cap(40))
         .tool(add_tool())
         .build()
         .unwrap();
@@ -261,6 +271,8 @@ async fn tokens_at_the_cap_complete_and_one_over_is_reported() {
                 .with_max_tokens(100)
                 .with_behavior(LimitBehavior::Stop),
         )
+        .prompt_estimator(|_| 0)
+        .model_options(output_cap(40))
         .tool(add_tool())
         .build()
         .unwrap();

@@ -189,8 +189,5 @@ fn team(capture: PayloadCapture) -> Agent {
 }
 
 fn usage(input_tokens: u64, output_tokens: u64) -> Usage {
-    Usage {
-        input_tokens,
-        output_tokens,
-    }
+    Usage::new(input_tokens, output_tokens)
 }

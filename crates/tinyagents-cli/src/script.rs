@@ -75,10 +75,7 @@ fn answer(step: &ScriptStep) -> ChatResponse {
         )
     };
     if let Some(ScriptUsage { input, output }) = step.usage {
-        response.usage = Usage {
-            input_tokens: input,
-            output_tokens: output,
-        };
+        response.usage = Usage::new(input, output);
     }
     response
 }

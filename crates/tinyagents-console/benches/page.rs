@@ -173,13 +173,11 @@ async fn big_run(runs: &SqliteRunStore, ledger: &dyn EffectLedger) -> RunId {
             &mut events,
             AgentEvent::ModelCompleted {
                 turn,
-                usage: Usage {
-                    input_tokens: 900,
-                    output_tokens: 80,
-                },
+                usage: Usage::new(900, 80),
                 duration_ms: 420,
                 tool_calls: CALLS_PER_TURN,
                 content: None,
+                cost: None,
             },
         );
         for i in 1..=CALLS_PER_TURN {
@@ -239,6 +237,7 @@ async fn big_run(runs: &SqliteRunStore, ledger: &dyn EffectLedger) -> RunId {
         AgentEvent::RunCompleted {
             status: RunStatus::Completed,
             usage: Usage::default(),
+            spent: tinyagents_core::Spent::default(),
         },
     );
     for batch in events.chunks(500) {

@@ -496,7 +496,7 @@ impl Builder {
             AgentEvent::RunFailed { error } => {
                 self.end_segment(run, NodeState::Failed(error.clone()), at);
             }
-            AgentEvent::RunCompleted { status, usage } => {
+            AgentEvent::RunCompleted { status, usage, .. } => {
                 let state = match status {
                     RunStatus::Completed | RunStatus::Terminated => NodeState::Done,
                     RunStatus::AwaitingApproval => {

@@ -15,7 +15,8 @@ use crate::extensions::{Approvals, Extensions};
 use crate::ids::{AgentId, RunId};
 use crate::limits::{LimitKind, RunLimits, Usage};
 use crate::message::Message;
-use crate::tracker::LimitTracker;
+use crate::spend::{Spend, SpendCaps, Spent};
+use crate::tracker::{BudgetCounts, LimitTracker};
 
 /// Which payloads ride on events. Off by default: events carry ids, timings
 /// and usage only.
@@ -58,6 +59,7 @@ pub struct RunContext {
     /// Typed values attached by the host or the harness.
     pub extensions: Extensions,
     tracker: Arc<LimitTracker>,
+    spend: Spend,
     cancel: CancellationToken,
     segment_started: Instant,
     active_before: Duration,
@@ -72,7 +74,16 @@ impl RunContext {
 
     /// A context that spends from an existing budget (a resumed run, or a
     /// tree-wide budget shared with delegated runs).
+    /// Its tokens and money are a new tree's root; [`Self::with_spend`]
+    /// puts it in another.
     pub fn with_tracker(run_id: RunId, limits: RunLimits, tracker: Arc<LimitTracker>) -> Self {
+        let spend = Spend::root(
+            run_id.clone(),
+            None,
+            SpendCaps::of(&limits),
+            Spent::default(),
+            None,
+        );
         Self {
             run_id,
             agent_id: None,
@@ -83,6 +94,7 @@ impl RunContext {
             approvals: Approvals::default(),
             extensions: Extensions::default(),
             tracker,
+            spend,
             cancel: CancellationToken::new(),
             segment_started: Instant::now(),
             active_before: Duration::ZERO,
@@ -115,6 +127,30 @@ impl RunContext {
     /// The shared budget, to hand to something that outlives this borrow.
     pub fn tracker_arc(&self) -> &Arc<LimitTracker> {
         &self.tracker
+    }
+
+    /// Spends from `spend`: the run's node of a tree of runs (a delegated
+    /// run's, or a resumed run's root holding what it had spent).
+    #[must_use]
+    pub fn with_spend(mut self, spend: Spend) -> Self {
+        self.spend = spend;
+        self
+    }
+
+    /// The run's tokens and money: its node of its tree.
+    pub fn spend(&self) -> &Spend {
+        &self.spend
+    }
+
+    /// What the run has spent, as its state persists it: its tool-call
+    /// budget and the tokens and money of it and every run under it.
+    pub fn budget(&self) -> BudgetCounts {
+        let spent = self.spend.total();
+        BudgetCounts {
+            tokens: spent.usage.total(),
+            spent,
+            ..self.tracker.counts()
+        }
     }
 
     /// The run's cancellation token.

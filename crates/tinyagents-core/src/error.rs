@@ -7,6 +7,14 @@ use crate::limits::LimitKind;
 use crate::model::ModelError;
 use crate::source::ErrorSource;
 
+/// A limit's figure as its message shows it: money in smallest units.
+fn amount(kind: LimitKind, n: u64) -> String {
+    match kind {
+        LimitKind::Cost => crate::price::Cost::from_nanos(n).to_string(),
+        _ => n.to_string(),
+    }
+}
+
 /// An error of the framework. Each variant carries structured fields, so a
 /// host can act on them without parsing text.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -45,8 +53,22 @@ pub enum TinyAgentsError {
         /// what was expected.
         message: String,
     },
+    /// A model call was not made: its tree caps money (`max_cost`) and
+    /// the price table does not name its model, so its cost could not be
+    /// bounded.
+    #[error(
+        "model '{model}' has no price in the price table, and the run's tree caps its cost (max_cost): the call's cost cannot be bounded, so it was not made"
+    )]
+    ModelUnpriced {
+        /// The model's name, as prices are looked up.
+        model: String,
+    },
     /// A run limit was reached.
-    #[error("limit exceeded: {kind} (limit {limit}, used {used})")]
+    /// For `max_tokens` and `max_cost`, `used` counts what the tree had
+    /// spent and held when a model call's reservation was refused (the
+    /// limit less `used` is what was left); money is in billionths of the
+    /// smallest unit, and displays in smallest units.
+    #[error("limit exceeded: {kind} (limit {}, used {})", amount(*kind, *limit), amount(*kind, *used))]
     LimitExceeded {
         /// Which limit.
         kind: LimitKind,
@@ -249,6 +271,7 @@ impl TinyAgentsError {
             Self::ToolFailed { .. } => "tool_failed",
             Self::InvalidArguments { .. } => "invalid_arguments",
             Self::LimitExceeded { .. } => "limit_exceeded",
+            Self::ModelUnpriced { .. } => "model_unpriced",
             Self::Timeout { .. } => "timeout",
             Self::Cancelled => "cancelled",
             Self::ApprovalRequired { .. } => "approval_required",

@@ -10,6 +10,8 @@ use serde_json::Value;
 use crate::ids::{AgentId, CallId, RunId};
 use crate::limits::{LimitKind, Usage};
 use crate::model::ModelDelta;
+use crate::price::Cost;
+use crate::spend::Spent;
 
 /// How a run ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -58,6 +60,10 @@ pub enum AgentEvent {
         turn: u32,
         /// Tokens used by this call.
         usage: Usage,
+        /// What it cost at the harness's prices; `None` when its model has
+        /// no price (or no table is set).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cost: Option<Cost>,
         /// How long it took.
         duration_ms: u64,
         /// Tool calls the model issued.
@@ -166,8 +172,11 @@ pub enum AgentEvent {
     RunCompleted {
         /// How.
         status: RunStatus,
-        /// Tokens used by the whole run.
+        /// Tokens used by the run's own model calls.
         usage: Usage,
+        /// Tokens and money of the run and every run it delegated to.
+        #[serde(default)]
+        spent: Spent,
     },
     /// An event of a delegated agent's run, forwarded into the stream of the
     /// run whose tool call started it.

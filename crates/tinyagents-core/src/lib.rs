@@ -3,6 +3,7 @@
 //! This crate holds what every other crate of the framework speaks: ids
 //! ([`RunId`], [`CallId`], …), tool calls and results, transcript messages,
 //! events, the error type, run limits, the shared budget ([`LimitTracker`]),
+//! the tree's tokens and money ([`Spend`], [`PriceTable`]),
 //! the context every hook reads ([`RunContext`], [`State`]) and the
 //! [`ChatModel`] seam.
 //!
@@ -24,7 +25,9 @@ mod key;
 mod limits;
 mod message;
 mod model;
+mod price;
 mod source;
+mod spend;
 mod sync;
 mod tracker;
 
@@ -44,7 +47,9 @@ pub use model::{
     ChatModel, ChatRequest, ChatResponse, DeltaSink, ModelDelta, ModelError, ModelOptions,
     OutputSchema, ToolDefinition, shared_model,
 };
+pub use price::{Cost, ModelPrice, PriceError, PriceTable, Rate};
 pub use source::{ErrorSource, error_chain};
+pub use spend::{Reservation, RunSpend, Spend, SpendCaps, Spent};
 pub use tracker::{BudgetCounts, LimitTracker};
 
 /// Re-exported so tools and models can share the cancellation token type.

@@ -4,6 +4,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::price::Cost;
+
 /// Which bound a run reached.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -12,8 +14,11 @@ pub enum LimitKind {
     ModelCalls,
     /// `max_tool_calls` (model-issued and nested calls together).
     ToolCalls,
-    /// `max_tokens`.
+    /// `max_tokens`: tokens of the whole tree of runs.
     Tokens,
+    /// `max_cost`: money of the whole tree of runs, in billionths of the
+    /// currency's smallest unit.
+    Cost,
     /// The wall-clock budget.
     WallClock,
     /// `max_parallel_calls`: calls issued in one turn.
@@ -30,6 +35,7 @@ impl std::fmt::Display for LimitKind {
             Self::ModelCalls => "max_model_calls",
             Self::ToolCalls => "max_tool_calls",
             Self::Tokens => "max_tokens",
+            Self::Cost => "max_cost",
             Self::WallClock => "wall_clock",
             Self::ParallelCalls => "max_parallel_calls",
             Self::Depth => "max_depth",
@@ -58,8 +64,15 @@ pub struct RunLimits {
     pub max_model_calls: u32,
     /// Tool calls per run, model-issued and nested together.
     pub max_tool_calls: u32,
-    /// Tokens (input plus output) per run; `None` for no cap.
+    /// Tokens (input plus output) this run and every run it delegates to
+    /// may spend together; `None` for no cap of its own (a parent's still
+    /// binds). Each model call reserves its worst case before it is made.
     pub max_tokens: Option<u64>,
+    /// Money this run and every run it delegates to may spend together, at
+    /// the harness's [`PriceTable`](crate::PriceTable); `None` for no cap of
+    /// its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_cost: Option<Cost>,
     /// Wall-clock budget of the run's active time; `None` for no cap.
     pub wall_clock: Option<Duration>,
     /// Tool calls one model turn may issue.
@@ -82,6 +95,7 @@ impl Default for RunLimits {
             max_model_calls: 50,
             max_tool_calls: 200,
             max_tokens: None,
+            max_cost: None,
             wall_clock: Some(Duration::from_secs(600)),
             max_parallel_calls: 64,
             max_tool_result_bytes: 64 * 1024,
@@ -124,6 +138,13 @@ impl RunLimits {
     #[must_use]
     pub fn with_max_tokens(mut self, n: u64) -> Self {
         self.max_tokens = Some(n);
+        self
+    }
+
+    /// Sets `max_cost`.
+    #[must_use]
+    pub fn with_max_cost(mut self, cost: Cost) -> Self {
+        self.max_cost = Some(cost);
         self
     }
 
@@ -170,16 +191,39 @@ impl RunLimits {
     }
 }
 
-/// Tokens a model call used.
+/// Tokens a model call used (or a run, or a tree of runs, summed).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Usage {
-    /// Prompt tokens.
+    /// Prompt tokens, those read from the provider's cache included.
     pub input_tokens: u64,
-    /// Completion tokens.
+    /// Completion tokens, reasoning tokens included.
     pub output_tokens: u64,
+    /// Of `input_tokens`, those read from the provider's cache (0 when the
+    /// provider does not say).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cached_input_tokens: u64,
+    /// Of `output_tokens`, those spent reasoning (0 when the provider does
+    /// not say).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub reasoning_tokens: u64,
+}
+
+// serde's `skip_serializing_if` passes a reference.
+#[allow(clippy::trivially_copy_pass_by_ref)]
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl Usage {
+    /// `input` prompt and `output` completion tokens.
+    pub fn new(input: u64, output: u64) -> Self {
+        Self {
+            input_tokens: input,
+            output_tokens: output,
+            ..Self::default()
+        }
+    }
+
     /// Input plus output.
     pub fn total(&self) -> u64 {
         self.input_tokens.saturating_add(self.output_tokens)
@@ -190,5 +234,9 @@ impl std::ops::AddAssign for Usage {
     fn add_assign(&mut self, rhs: Self) {
         self.input_tokens = self.input_tokens.saturating_add(rhs.input_tokens);
         self.output_tokens = self.output_tokens.saturating_add(rhs.output_tokens);
+        self.cached_input_tokens = self
+            .cached_input_tokens
+            .saturating_add(rhs.cached_input_tokens);
+        self.reasoning_tokens = self.reasoning_tokens.saturating_add(rhs.reasoning_tokens);
     }
 }

@@ -4,17 +4,23 @@
 //! atomic word, low and high 32 bits, so a reservation against their sum is a
 //! single compare-and-swap: concurrent callers never overspend the cap and are
 //! never refused while a slot is free.
+//!
+//! Tokens and money are not counted here: they are the tree's
+//! ([`Spend`](crate::Spend)), reserved before a model call.
 
 use serde::{Deserialize, Serialize};
 
 use crate::error::TinyAgentsError;
 use crate::limits::{LimitKind, RunLimits};
+use crate::spend::Spent;
 use crate::sync::{AtomicU32, AtomicU64, Ordering};
 
 const NESTED_ONE: u64 = 1 << 32;
 const LOW_MASK: u64 = u32::MAX as u64;
 
-/// What a run has spent, as persisted with its state.
+/// What a run has spent, as persisted with its state: its tool-call budget
+/// ([`LimitTracker::counts`]) and the tokens and money of it and every run
+/// it delegated to ([`RunContext::budget`](crate::RunContext::budget)).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BudgetCounts {
     /// Model-issued tool calls.
@@ -23,8 +29,26 @@ pub struct BudgetCounts {
     pub nested_tool_calls: u32,
     /// Model calls.
     pub model_calls: u32,
-    /// Tokens.
+    /// Tokens: `spent.usage.total()` (kept for states written before
+    /// `spent`).
     pub tokens: u64,
+    /// Tokens and money of the run and every run under it.
+    #[serde(default)]
+    pub spent: Spent,
+}
+
+impl BudgetCounts {
+    /// What `spent` holds, or, for a state written before it, the total of
+    /// `tokens` as input tokens.
+    pub fn spent(&self) -> Spent {
+        if self.spent == Spent::default() && self.tokens > 0 {
+            return Spent {
+                usage: crate::limits::Usage::new(self.tokens, 0),
+                ..Spent::default()
+            };
+        }
+        self.spent
+    }
 }
 
 /// The counters of one run, shared by everything that spends from it.
@@ -33,10 +57,8 @@ pub struct LimitTracker {
     /// Low 32 bits: model-issued tool calls; high 32 bits: nested tool calls.
     calls: AtomicU64,
     model_calls: AtomicU32,
-    tokens: AtomicU64,
     max_tool_calls: u32,
     max_model_calls: u32,
-    max_tokens: Option<u64>,
 }
 
 fn split(word: u64) -> (u32, u32) {
@@ -58,21 +80,20 @@ impl LimitTracker {
         Self {
             calls: AtomicU64::new(word),
             model_calls: AtomicU32::new(counts.model_calls),
-            tokens: AtomicU64::new(counts.tokens),
             max_tool_calls: limits.max_tool_calls,
             max_model_calls: limits.max_model_calls,
-            max_tokens: limits.max_tokens,
         }
     }
 
-    /// What has been spent.
+    /// The calls spent (the tokens and money fields left empty: they are
+    /// the tree's, see [`RunContext::budget`](crate::RunContext::budget)).
     pub fn counts(&self) -> BudgetCounts {
         let (tool_calls, nested_tool_calls) = split(self.calls.load(Ordering::Acquire));
         BudgetCounts {
             tool_calls,
             nested_tool_calls,
             model_calls: self.model_calls.load(Ordering::Acquire),
-            tokens: self.tokens.load(Ordering::Acquire),
+            ..BudgetCounts::default()
         }
     }
 
@@ -229,27 +250,6 @@ impl LimitTracker {
     pub fn model_calls(&self) -> u32 {
         self.model_calls.load(Ordering::Acquire)
     }
-
-    /// Records tokens a model call used. Tokens are spent before they can be
-    /// refused, so this records them and then reports whether the run is over
-    /// its token cap.
-    pub fn record_tokens(&self, tokens: u64) -> Result<(), TinyAgentsError> {
-        let before = self.tokens.fetch_add(tokens, Ordering::AcqRel);
-        let used = before.saturating_add(tokens);
-        match self.max_tokens {
-            Some(limit) if used > limit => Err(TinyAgentsError::LimitExceeded {
-                kind: LimitKind::Tokens,
-                limit,
-                used,
-            }),
-            _ => Ok(()),
-        }
-    }
-
-    /// Tokens used.
-    pub fn tokens(&self) -> u64 {
-        self.tokens.load(Ordering::Acquire)
-    }
 }
 
 #[cfg(all(test, not(tinyagents_loom)))]
@@ -344,19 +344,5 @@ mod tests {
                 prop_assert!(t.total_tool_calls() <= cap);
             }
         }
-    }
-
-    #[test]
-    fn tokens_over_the_cap_are_reported() {
-        let t = LimitTracker::new(&RunLimits::default().with_max_tokens(10));
-        t.record_tokens(10).unwrap();
-        assert!(matches!(
-            t.record_tokens(1),
-            Err(TinyAgentsError::LimitExceeded {
-                kind: LimitKind::Tokens,
-                limit: 10,
-                used: 11
-            })
-        ));
     }
 }

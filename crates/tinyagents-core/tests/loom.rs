@@ -1,4 +1,5 @@
-//! Model-checks the shared budget, [`tinyagents_core::LimitTracker`], with loom.
+//! Model-checks the shared budget, [`tinyagents_core::LimitTracker`], and
+//! the spend tree's reservations, [`tinyagents_core::Spend`], with loom.
 //!
 //! Under `--cfg tinyagents_loom` the tracker's atomics are loom's, so every
 //! interleaving of the compare-and-swap loops below is explored:
@@ -14,7 +15,7 @@
 
 use loom::sync::Arc;
 use loom::thread;
-use tinyagents_core::{LimitTracker, RunLimits};
+use tinyagents_core::{Cost, LimitTracker, RunId, RunLimits, Spend, SpendCaps, Spent, Usage};
 
 const CAP: u32 = 2;
 
@@ -112,4 +113,43 @@ fn a_released_slot_is_reusable_and_never_overspent() {
         assert_eq!(total, won - released);
         assert!(total <= CAP);
     });
+}
+
+/// Three runs of one tree (the root and two delegated children) each
+/// reserve a model call of 4 tokens and spend them all against a root cap
+/// of 10: in every interleaving exactly two calls are made, and the tree
+/// never holds or spends past its cap.
+#[test]
+fn a_tree_s_reservations_never_pass_its_cap() {
+    model(|| {
+        let caps = SpendCaps {
+            max_tokens: Some(10),
+            max_cost: None,
+        };
+        let root = Spend::root(RunId::new("r"), None, caps, Spent::default(), None);
+        let spawned: Vec<_> = ["a", "b"]
+            .into_iter()
+            .map(|name| {
+                let child = root.child(RunId::new(name), None, SpendCaps::default());
+                thread::spawn(move || call(&child))
+            })
+            .collect();
+        let mut made = call(&root);
+        for handle in spawned {
+            let Ok(one) = handle.join() else {
+                panic!("an actor panicked");
+            };
+            made += one;
+        }
+        assert_eq!(made, 2);
+        assert_eq!(root.total().usage.total(), 8);
+    });
+}
+
+fn call(run: &Spend) -> u32 {
+    let Ok(held) = run.reserve(4, Cost::ZERO) else {
+        return 0;
+    };
+    held.settle(&Spent::call(Usage::new(4, 0), None));
+    u32::from(run.tree_total().usage.total() <= 10)
 }

@@ -5,13 +5,15 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value};
 use tinyagents_core::{
-    AgentId, ChatModel, ModelOptions, PayloadCapture, RunLimits, TinyAgentsError,
+    AgentId, ChatModel, ChatRequest, ModelOptions, PayloadCapture, PriceTable, RunLimits,
+    TinyAgentsError,
 };
 use tinyagents_ledger::{EffectLedger, LedgerFailure};
 use tinyagents_middleware::{Middleware, SecurityGate, ToolMiddleware};
 use tinytools::{InvalidArgsPolicy, Tool, ToolRegistry};
 
 use crate::call::{CallPath, Hooks};
+use crate::pricing::{Pricing, PromptEstimator};
 use crate::resumed::Resumed;
 
 /// Runs agents: a model, its tools, the policies around them and the limits
@@ -30,6 +32,8 @@ pub struct AgentHarness {
     /// The one piece of process state: without a ledger, the waiting calls
     /// resumes have decided (a suspended state resumes once).
     pub(crate) resumed: Resumed,
+    /// What model calls are priced and estimated with.
+    pub(crate) pricing: Pricing,
 }
 
 impl std::fmt::Debug for AgentHarness {
@@ -74,6 +78,8 @@ impl AgentHarness {
             event_buffer: crate::events::DEFAULT_EVENT_BUFFER,
             warnings: Vec::new(),
             problems: Vec::new(),
+            prices: None,
+            estimator: None,
         }
     }
 
@@ -122,6 +128,8 @@ pub struct AgentHarnessBuilder {
     /// Why tools given to [`tool`](Self::tool) or [`tools`](Self::tools)
     /// were not registered; [`build`](Self::build) reports them.
     problems: Vec<String>,
+    prices: Option<Arc<PriceTable>>,
+    estimator: Option<PromptEstimator>,
 }
 
 impl std::fmt::Debug for AgentHarnessBuilder {
@@ -314,6 +322,31 @@ impl AgentHarnessBuilder {
         self
     }
 
+    /// Prices the model calls of this harness's runs, and of the runs they
+    /// delegate to whose harness sets none (the table is the tree's when
+    /// this harness runs its root). A model the table does not name is
+    /// counted as unpriced, never guessed; under a `max_cost` its calls are
+    /// refused ([`TinyAgentsError::ModelUnpriced`]).
+    #[must_use]
+    pub fn prices(mut self, prices: impl Into<Arc<PriceTable>>) -> Self {
+        self.prices = Some(prices.into());
+        self
+    }
+
+    /// Estimates a model call's prompt tokens for its reservation under a
+    /// `max_tokens` or `max_cost` (a tokenizer's count), instead of the
+    /// default estimate: a token per three bytes of the transcript's text
+    /// and the tools' definitions, plus four per message. Called before
+    /// every model call of a capped tree, with the whole request.
+    #[must_use]
+    pub fn prompt_estimator(
+        mut self,
+        estimator: impl Fn(&ChatRequest<'_>) -> u64 + Send + Sync + 'static,
+    ) -> Self {
+        self.estimator = Some(Arc::new(estimator));
+        self
+    }
+
     /// Builds the harness.
     ///
     /// # Errors
@@ -353,7 +386,8 @@ impl AgentHarnessBuilder {
             .iter()
             .filter(|d| self.allowed.as_ref().is_none_or(|a| a.contains(&d.name)))
             .cloned()
-            .collect();
+            .collect::<Vec<_>>();
+        let pricing = Pricing::new(self.prices, self.estimator, &model_tools);
         let wraps_concurrent_safe = self.wraps.iter().all(|w| w.concurrent_safe());
         Ok(AgentHarness {
             model: self.model,
@@ -380,6 +414,7 @@ impl AgentHarnessBuilder {
             event_buffer: self.event_buffer,
             warnings: self.warnings.into(),
             resumed: Resumed::default(),
+            pricing,
         })
     }
 }

@@ -35,6 +35,7 @@ mod harness;
 pub mod mutation;
 #[cfg(not(feature = "sim-mutations"))]
 mod mutation;
+mod pricing;
 mod resumed;
 mod run;
 mod trace;
@@ -47,6 +48,7 @@ pub use durable::seal::{SEAL_KEY_MIN_BYTES, SEALED_RUN_FORMAT, SealedRun};
 pub use events::{EventReceiver, EventSink, STALLED_READER_GRACE, event_channel};
 pub use handle::{DEFAULT_EVENT_BUFFER, RunHandle, RunHandleFuture};
 pub use harness::{AgentHarness, AgentHarnessBuilder};
+pub use pricing::{DEFAULT_OUTPUT_RESERVE, PromptEstimator};
 pub use run::{
     AgentRun, ApprovalDecision, OUTPUT_SCHEMA_PROPERTY, PendingCall, RunRequest, SESSION_PROPERTY,
     SUSPENDED_RUN_FORMAT, SuspendedRun, TurnEntry,

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use tinyagents_core::{
-    BudgetCounts, CallId, CancellationToken, Extensions, LimitTracker, Message, RunId, RunStatus,
-    State, TinyAgentsError, ToolCall, Usage, args_hash,
+    BudgetCounts, CallId, CancellationToken, Extensions, LimitTracker, Message, RunId, RunSpend,
+    RunStatus, Spend, State, TinyAgentsError, ToolCall, Usage, args_hash,
 };
 
 /// The run property that asks the model for a final answer matching a JSON
@@ -54,8 +54,15 @@ pub struct RunRequest {
     pub properties: Map<String, Value>,
     /// Sub-agent depth (0 for a run a host started).
     pub depth: u32,
-    /// A budget shared with other runs (a tree-wide budget).
+    /// A budget of tool and model calls shared with other runs (a
+    /// tree-wide budget).
     pub tracker: Option<Arc<LimitTracker>>,
+    /// The node of the run this one is delegated from: this run's tokens
+    /// and money are a child of it, bound by its caps and every cap above
+    /// (and by this harness's limits, its own share). `None` makes the run
+    /// the root of a new tree. Agent tools set it to their caller's
+    /// ([`ToolExecutionContext::spend`](crate::ToolExecutionContext::spend)).
+    pub spend: Option<Spend>,
     /// Typed values for hooks.
     pub extensions: Extensions,
 }
@@ -297,8 +304,13 @@ pub struct AgentRun {
     pub messages: Vec<Message>,
     /// Tokens used.
     pub usage: Usage,
-    /// What the run spent.
+    /// What the run spent: its calls, and (`budget.spent`) the tokens and
+    /// money of it and every run it delegated to.
     pub budget: BudgetCounts,
+    /// Per run of the tree under this one (this run first, then each run
+    /// it delegated to, at any depth, in the order they started): what it
+    /// spent itself and with the runs under it.
+    pub spend_report: Vec<RunSpend>,
     pub(crate) tool_metadata: HashMap<CallId, Value>,
     /// The state to resume from, when the run waits for approval.
     pub suspended: Option<SuspendedRun>,

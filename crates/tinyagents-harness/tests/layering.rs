@@ -14,16 +14,17 @@ use std::path::{Path, PathBuf};
 /// Each room (a top-level module of `src/`) and the rooms it may import.
 const ALLOWED: &[(&str, &[&str])] = &[
     ("run", &[]),
+    ("pricing", &[]),
     ("mutation", &[]),
     ("events", &["events", "mutation"]),
     ("call", &["call", "events", "mutation"]),
     ("resumed", &["run"]),
-    ("harness", &["call", "events", "resumed"]),
+    ("harness", &["call", "events", "pricing", "resumed"]),
     ("trace", &["call", "harness", "run"]),
     (
         "turns",
         &[
-            "call", "events", "harness", "mutation", "resumed", "run", "trace", "turns",
+            "call", "events", "harness", "mutation", "pricing", "resumed", "run", "trace", "turns",
         ],
     ),
     (

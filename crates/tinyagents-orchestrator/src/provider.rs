@@ -278,6 +278,9 @@ impl AgentAsTool {
             .as_ref()
             .filter(|_| self.options.shared_budget)
             .and_then(|e| e.tracker().cloned());
+        // Tokens and money are the tree's whatever the call budget: the
+        // child's run spends under its caller's node.
+        request.spend = exec.as_ref().and_then(|e| e.spend().cloned());
         let events = exec
             .as_ref()
             .map_or_else(EventSink::none, |e| e.delegate_events(agent_id.clone()));

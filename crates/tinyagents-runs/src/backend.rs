@@ -544,10 +544,7 @@ impl StoredRecord {
             started_at: self.started_at.map(stamp),
             updated_at: stamp(self.updated_at),
             ended_at: self.ended_at.map(stamp),
-            usage: Usage {
-                input_tokens: to_u64(self.input_tokens),
-                output_tokens: to_u64(self.output_tokens),
-            },
+            usage: Usage::new(to_u64(self.input_tokens), to_u64(self.output_tokens)),
             final_text: self.final_text,
             error: self.error,
             suspension: u32::try_from(self.suspension).unwrap_or(0),

@@ -69,10 +69,7 @@ impl ChatModel for PlanModel {
             .iter()
             .filter(|m| matches!(m, Message::Assistant { .. }))
             .count();
-        let usage = Usage {
-            input_tokens: 10,
-            output_tokens: 3,
-        };
+        let usage = Usage::new(10, 3);
         let mut response = match script.get(turn) {
             None => ChatResponse::text("done"),
             Some(TurnPlan::Fails) => {

@@ -54,10 +54,7 @@ fn team() -> Result<Agent, Error> {
             anyhow::Ok(format!("research notes: {}", found.content))
         },
     );
-    let usage = |input_tokens, output_tokens| Usage {
-        input_tokens,
-        output_tokens,
-    };
+    let usage = Usage::new;
     let specialist = Agent::builder("specialist")
         .model(
             ScriptedModel::new([

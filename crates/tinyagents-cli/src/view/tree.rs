@@ -266,7 +266,7 @@ impl Tree {
                     self.end(run, Status::Failed(error.clone()), now);
                 }
             }
-            AgentEvent::RunCompleted { status, usage } => {
+            AgentEvent::RunCompleted { status, usage, .. } => {
                 if let Some(run) = self.run_of(scope) {
                     self.nodes[run].usage = *usage;
                     self.end(run, run_status(*status), now);

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use serde_json::{Map, Value};
-use tinyagents_core::{AgentId, CallId, LimitTracker, RunId, TinyAgentsError, ToolResult};
+use tinyagents_core::{AgentId, CallId, LimitTracker, RunId, Spend, TinyAgentsError, ToolResult};
 use tinytools::ToolRunContext;
 
 use super::tool_runner::{NESTED_SCOPE, NestedToolRunner};
@@ -18,6 +18,8 @@ pub(crate) struct RunShared {
     pub(crate) depth: u32,
     pub(crate) properties: Arc<Map<String, Value>>,
     pub(crate) tracker: Arc<LimitTracker>,
+    /// The run's node of its tree's tokens and money.
+    pub(crate) spend: Spend,
     /// Weak: a tool may keep its context past its call, and must not keep
     /// the run's stream open with it.
     pub(crate) events: WeakEventSink,
@@ -182,6 +184,13 @@ impl ToolExecutionContext {
     /// The run's budget, for a delegated run that spends from the same one.
     pub fn tracker(&self) -> Option<&Arc<LimitTracker>> {
         self.run.as_ref().map(|run| &run.tracker)
+    }
+
+    /// The run's node of its tree's tokens and money: a delegated run is
+    /// made under it ([`RunRequest::spend`](crate::RunRequest::spend)), and
+    /// what a served agent reports it spent is recorded on it.
+    pub fn spend(&self) -> Option<&Spend> {
+        self.run.as_ref().map(|run| &run.spend)
     }
 
     /// A sink that forwards a delegated run's events into this run's

@@ -6,7 +6,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Map;
-use tinyagents_core::{LimitTracker, Message, RunContext, RunId, State, TinyAgentsError};
+use tinyagents_core::{
+    LimitTracker, Message, RunContext, RunId, Spend, SpendCaps, State, TinyAgentsError,
+};
 use tinyagents_ledger::{CallStatus, EffectLedger, RunState};
 
 use crate::ResumeOptions;
@@ -205,7 +207,16 @@ impl AgentHarness {
     ) -> (RunContext, State) {
         let limits = self.limits.clone();
         let tracker = Arc::new(LimitTracker::restore(&limits, saved.budget));
-        let mut ctx = RunContext::with_tracker(saved.run_id, limits, tracker);
+        // What it had spent, it and the runs it delegated to, is where the
+        // tree goes on from: counted once, never forgotten.
+        let spend = Spend::root(
+            saved.run_id.clone(),
+            self.calls.agent_id.clone(),
+            SpendCaps::of(&limits),
+            saved.budget.spent(),
+            self.pricing.prices.clone(),
+        );
+        let mut ctx = RunContext::with_tracker(saved.run_id, limits, tracker).with_spend(spend);
         if let Some(token) = options.cancel {
             ctx = ctx.with_cancellation(token);
         }

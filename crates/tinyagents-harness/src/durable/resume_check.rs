@@ -185,6 +185,8 @@ fn spent_less(stored: &BudgetCounts, saved: &BudgetCounts) -> Option<&'static st
         Some("model calls")
     } else if stored.tokens < saved.tokens {
         Some("tokens")
+    } else if stored.spent.cost < saved.spent.cost {
+        Some("money")
     } else {
         None
     }

@@ -22,7 +22,7 @@
 mod messages;
 
 use serde_json::{Map, Value};
-use tinyagents_core::{ChatResponse, Message, RunStatus, TinyAgentsError};
+use tinyagents_core::{ChatResponse, Cost, Message, RunStatus, TinyAgentsError, Usage};
 use tracing::Span;
 use tracing::field::Empty;
 
@@ -75,6 +75,10 @@ pub(crate) fn invoke_agent(
         tinyagents.run.status = Empty,
         gen_ai.usage.input_tokens = Empty,
         gen_ai.usage.output_tokens = Empty,
+        gen_ai.usage.cache_read.input_tokens = Empty,
+        tinyagents.usage.reasoning_tokens = Empty,
+        tinyagents.cost = Empty,
+        tinyagents.cost.unpriced_calls = Empty,
         "error.type" = Empty,
         otel.status_code = Empty,
         otel.status_description = Empty,
@@ -93,8 +97,8 @@ pub(crate) fn restored(span: &Span, properties: &Map<String, Value>, depth: u32)
     span.record("tinyagents.depth", count(depth));
 }
 
-/// Records how a segment ended: its status and the run's token totals, or
-/// its error (redacted).
+/// Records how a segment ended: its status and the tokens and money of the
+/// run and every run it delegated to, or its error (redacted).
 pub(crate) fn run_ended(
     span: &Span,
     result: &Result<AgentRun, TinyAgentsError>,
@@ -106,8 +110,16 @@ pub(crate) fn run_ended(
     match result {
         Ok(run) => {
             span.record("tinyagents.run.status", status(run.status));
-            span.record("gen_ai.usage.input_tokens", count(run.usage.input_tokens));
-            span.record("gen_ai.usage.output_tokens", count(run.usage.output_tokens));
+            let spent = &run.budget.spent;
+            record_usage(
+                span,
+                &spent.usage,
+                (spent.model_calls > spent.unpriced_calls).then_some(spent.cost),
+            );
+            span.record(
+                "tinyagents.cost.unpriced_calls",
+                u64::from(spent.unpriced_calls),
+            );
         }
         Err(error) => {
             let redaction = Redaction::new(std::sync::Arc::clone(&harness.calls.middlewares));
@@ -147,6 +159,9 @@ pub(crate) fn chat(
         tinyagents.turn = count(turn),
         gen_ai.usage.input_tokens = Empty,
         gen_ai.usage.output_tokens = Empty,
+        gen_ai.usage.cache_read.input_tokens = Empty,
+        tinyagents.usage.reasoning_tokens = Empty,
+        tinyagents.cost = Empty,
         gen_ai.response.finish_reasons = Empty,
         gen_ai.input.messages = Empty,
         gen_ai.output.messages = Empty,
@@ -166,20 +181,14 @@ pub(crate) fn chat(
 pub(crate) fn chat_answered(
     span: &Span,
     response: &ChatResponse,
+    cost: Option<Cost>,
     capture: bool,
     redaction: &Redaction,
 ) {
     if span.is_disabled() {
         return;
     }
-    span.record(
-        "gen_ai.usage.input_tokens",
-        count(response.usage.input_tokens),
-    );
-    span.record(
-        "gen_ai.usage.output_tokens",
-        count(response.usage.output_tokens),
-    );
+    record_usage(span, &response.usage, cost);
     if let Some(reason) = &response.finish_reason {
         // An array in the conventions; `tracing` records strings.
         let reasons = Value::Array(vec![Value::String(reason.clone())]).to_string();
@@ -188,6 +197,28 @@ pub(crate) fn chat_answered(
     if capture {
         let output = messages::output(response, redaction);
         span.record("gen_ai.output.messages", output.as_str());
+    }
+}
+
+/// Records tokens (the cache and reasoning counts when the provider gave
+/// them) and, when known, money in the price table's smallest unit.
+fn record_usage(span: &Span, usage: &Usage, cost: Option<Cost>) {
+    span.record("gen_ai.usage.input_tokens", count(usage.input_tokens));
+    span.record("gen_ai.usage.output_tokens", count(usage.output_tokens));
+    if usage.cached_input_tokens > 0 {
+        span.record(
+            "gen_ai.usage.cache_read.input_tokens",
+            count(usage.cached_input_tokens),
+        );
+    }
+    if usage.reasoning_tokens > 0 {
+        span.record(
+            "tinyagents.usage.reasoning_tokens",
+            count(usage.reasoning_tokens),
+        );
+    }
+    if let Some(cost) = cost {
+        span.record("tinyagents.cost", tracing::field::display(cost));
     }
 }
 

@@ -38,7 +38,7 @@ impl<'h> Run<'h> {
             run_id: ctx.run_id.clone(),
             state: self.state.clone(),
             turn,
-            budget: ctx.tracker().counts(),
+            budget: ctx.budget(),
             active_ms: u64::try_from(ctx.elapsed().as_millis()).unwrap_or(u64::MAX),
             properties: (*ctx.properties).clone(),
             depth: ctx.depth,

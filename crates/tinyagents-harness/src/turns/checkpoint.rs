@@ -254,7 +254,7 @@ impl<'h> Run<'h> {
             calls_issued: self.state.calls_issued,
             usage: self.state.usage,
             values: Cow::Borrowed(&self.state.values),
-            budget: self.ctx.tracker().counts(),
+            budget: self.ctx.budget(),
             active_ms: self.active_ms(),
             replay_blocked: Cow::Borrowed(replay_blocked),
         }
@@ -286,7 +286,7 @@ impl<'h> Run<'h> {
                 run_id: &self.ctx.run_id,
                 state: &self.state,
                 turn: [],
-                budget: self.ctx.tracker().counts(),
+                budget: self.ctx.budget(),
                 active_ms: self.active_ms(),
                 properties: &self.ctx.properties,
                 depth: self.ctx.depth,

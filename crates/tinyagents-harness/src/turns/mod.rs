@@ -14,6 +14,7 @@ mod ledger;
 mod lent;
 mod opening;
 mod replay;
+pub(crate) mod spending;
 pub(crate) mod turn;
 
 use std::collections::HashMap;
@@ -26,7 +27,7 @@ use tokio::time::Instant;
 use serde_json::Value;
 use tinyagents_core::{
     AgentEvent, CallId, ChatRequest, ChatResponse, LimitBehavior, Message, ModelDelta,
-    ModelOptions, RunContext, RunId, RunStatus, State, TinyAgentsError,
+    ModelOptions, RunContext, RunId, RunStatus, Spend, SpendCaps, Spent, State, TinyAgentsError,
 };
 use tinyagents_middleware::{Hook, OutputVerdict};
 use tracing::Instrument;
@@ -70,6 +71,8 @@ pub(crate) struct Run<'h> {
     pub(crate) lent: Option<lent::Lent>,
     /// The execution context its calls share when no tool keeps it.
     pub(crate) contexts: crate::call::SpareContext,
+    /// The default prompt estimate's count of the transcript.
+    pub(crate) prompt: spending::PromptTally,
 }
 
 /// How a turn ends the loop, if it does.
@@ -157,6 +160,7 @@ impl AgentHarness {
             depth: ctx.depth,
             properties: Arc::clone(&ctx.properties),
             tracker: Arc::clone(ctx.tracker_arc()),
+            spend: ctx.spend().clone(),
             events: events.downgrade(),
         });
         let redaction = Redaction::new(Arc::clone(&self.calls.middlewares));
@@ -182,16 +186,30 @@ impl AgentHarness {
             spare_slots: Vec::new(),
             lent: None,
             contexts: crate::call::SpareContext::default(),
+            prompt: spending::PromptTally::default(),
         }
     }
 
     fn prepare(&self, request: RunRequest) -> (RunContext, State) {
         let run_id = request.run_id.unwrap_or_else(RunId::generate);
         let limits = self.limits.clone();
+        let caps = SpendCaps::of(&limits);
+        let agent = self.calls.agent_id.clone();
+        let spend = match &request.spend {
+            Some(parent) => parent.child(run_id.clone(), agent, caps),
+            None => Spend::root(
+                run_id.clone(),
+                agent,
+                caps,
+                Spent::default(),
+                self.pricing.prices.clone(),
+            ),
+        };
         let mut ctx = match request.tracker {
             Some(tracker) => RunContext::with_tracker(run_id, limits, tracker),
             None => RunContext::new(run_id, limits),
-        };
+        }
+        .with_spend(spend);
         if let Some(token) = request.cancel {
             ctx = ctx.with_cancellation(token);
         }
@@ -248,7 +266,16 @@ impl Run<'_> {
             if let Err(limit) = self.ctx.tracker().try_reserve_model_call() {
                 return self.limit_reached(limit).await;
             }
-            let mut response = match self.call_model().await? {
+            let held = match self.reserve_model_call() {
+                Ok(held) => held,
+                Err(limit @ TinyAgentsError::LimitExceeded { .. }) => {
+                    return self.limit_reached(limit).await;
+                }
+                // As a model call that failed: the run fails, nothing was
+                // spent.
+                Err(error) => return Err(error),
+            };
+            let mut response = match self.call_model(held).await? {
                 ModelOutcome::Response(response) => response,
                 ModelOutcome::Cancelled => {
                     return Ok(self.finish_with_last_text(RunStatus::Cancelled).await);
@@ -259,11 +286,10 @@ impl Run<'_> {
                 let hook = site.build(|m| m.after_model(&mut self.ctx, &self.state, &mut response));
                 contain(site.name(), hook).await?;
             }
-            let token_limit = self
-                .ctx
-                .tracker()
-                .record_tokens(response.usage.total())
-                .err();
+            // A call may spend past its reservation (its prompt was
+            // under-estimated): a response that crossed a cap has its calls
+            // refused.
+            let token_limit = spending::passed_cap(self.ctx.spend());
             self.state.usage += response.usage;
             if response.tool_calls.is_empty() {
                 let text = self.screen_output(&response.content).await?;
@@ -315,7 +341,15 @@ impl Run<'_> {
         }
     }
 
-    async fn call_model(&mut self) -> Result<ModelOutcome, TinyAgentsError> {
+    /// The model options of this run's calls.
+    pub(crate) fn request_options(&self) -> &ModelOptions {
+        self.options.as_ref().unwrap_or(&self.harness.options)
+    }
+
+    async fn call_model(
+        &mut self,
+        held: spending::HeldCall,
+    ) -> Result<ModelOutcome, TinyAgentsError> {
         let harness = self.harness;
         self.state.turn += 1;
         let turn = self.state.turn;
@@ -326,7 +360,7 @@ impl Run<'_> {
         let request = ChatRequest {
             messages: &self.state.messages,
             tools: &harness.calls.model_tools,
-            options: self.options.as_ref().unwrap_or(&harness.options),
+            options: self.request_options(),
             deltas: if events.is_active() {
                 Some(&forward)
             } else {
@@ -369,12 +403,14 @@ impl Run<'_> {
                 return Err(error);
             }
         };
+        let cost = held.settle(response.usage);
         let capture = self.ctx.capture.model_io;
-        trace::chat_answered(&span, &response, capture, redaction);
+        trace::chat_answered(&span, &response, cost, capture, redaction);
         events
             .emit(|| AgentEvent::ModelCompleted {
                 turn,
                 usage: response.usage,
+                cost,
                 duration_ms: millis(started),
                 tool_calls: u32::try_from(response.tool_calls.len()).unwrap_or(u32::MAX),
                 // The answer may quote what a tool returned: scrubbed like
@@ -461,8 +497,14 @@ impl Run<'_> {
             self.finish_in_ledger().await;
         }
         let usage = self.state.usage;
+        let budget = self.ctx.budget();
+        let spent = budget.spent;
         self.sink()
-            .emit(|| AgentEvent::RunCompleted { status, usage })
+            .emit(|| AgentEvent::RunCompleted {
+                status,
+                usage,
+                spent,
+            })
             .await;
         AgentRun {
             run_id: self.ctx.run_id.clone(),
@@ -470,7 +512,8 @@ impl Run<'_> {
             final_text,
             messages: std::mem::take(&mut self.state.messages),
             usage: self.state.usage,
-            budget: self.ctx.tracker().counts(),
+            budget,
+            spend_report: self.ctx.spend().report(),
             tool_metadata: std::mem::take(&mut self.metadata),
             suspended: None,
             properties: Arc::clone(&self.ctx.properties),

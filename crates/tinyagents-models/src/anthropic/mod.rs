@@ -14,6 +14,7 @@
 mod output;
 mod request;
 mod response;
+mod usage;
 
 use async_trait::async_trait;
 use bytes::Bytes;

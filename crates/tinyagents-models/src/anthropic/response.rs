@@ -8,12 +8,11 @@
 //! skipped, so new API features do not break old clients.
 
 use serde_json::Value;
-use tinyagents_core::{ChatResponse, DeltaSink, ModelDelta, ModelError, ModelToolCall, Usage};
+use tinyagents_core::{ChatResponse, DeltaSink, ModelDelta, ModelError, ModelToolCall};
 
+use super::usage::Counts;
 use crate::sse::SseEvent;
-use crate::wire::{
-    StreamDecoder, classify_error_value, malformed, parse_object, str_field, u64_field,
-};
+use crate::wire::{StreamDecoder, classify_error_value, malformed, parse_object, str_field};
 
 /// The most content blocks one response may carry.
 const MAX_BLOCKS: usize = 4096;
@@ -64,27 +63,9 @@ pub(crate) fn parse_body(body: &[u8]) -> Result<ChatResponse, ModelError> {
     response.reasoning = (!reasoning.is_empty()).then_some(reasoning);
     response.finish_reason = str_field(&value, "stop_reason").map(str::to_owned);
     if let Some(usage) = value.get("usage") {
-        response.usage = Usage {
-            input_tokens: input_tokens(usage).unwrap_or(0),
-            output_tokens: u64_field(usage, "output_tokens"),
-        };
+        response.usage = Counts::of(usage).usage();
     }
     Ok(response)
-}
-
-/// All input tokens: fresh, written to the cache and read from it. `None`
-/// when the object reports none of them.
-fn input_tokens(usage: &Value) -> Option<u64> {
-    let fields = [
-        "input_tokens",
-        "cache_creation_input_tokens",
-        "cache_read_input_tokens",
-    ];
-    let counts: Vec<u64> = fields
-        .iter()
-        .filter_map(|f| usage.get(*f).and_then(Value::as_u64))
-        .collect();
-    (!counts.is_empty()).then(|| counts.iter().fold(0u64, |a, b| a.saturating_add(*b)))
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -112,7 +93,7 @@ pub(crate) struct Decoder {
     calls: Vec<Call>,
     content: String,
     reasoning: String,
-    usage: Usage,
+    usage: Counts,
     stop_reason: Option<String>,
     done: bool,
 }
@@ -134,7 +115,7 @@ impl StreamDecoder for Decoder {
         match kind {
             "message_start" => {
                 if let Some(usage) = value.get("message").and_then(|m| m.get("usage")) {
-                    self.read_usage(usage);
+                    self.usage.read(usage);
                 }
             }
             "content_block_start" => {
@@ -215,7 +196,7 @@ impl StreamDecoder for Decoder {
                     self.stop_reason = Some(reason.to_owned());
                 }
                 if let Some(usage) = value.get("usage") {
-                    self.read_usage(usage);
+                    self.usage.read(usage);
                 }
             }
             "message_stop" => {
@@ -247,7 +228,7 @@ impl StreamDecoder for Decoder {
         Ok(ChatResponse {
             content: self.content,
             tool_calls,
-            usage: self.usage,
+            usage: self.usage.usage(),
             reasoning: (!self.reasoning.is_empty()).then_some(self.reasoning),
             finish_reason: self.stop_reason,
         })
@@ -270,16 +251,6 @@ impl Decoder {
             emit(ModelDelta::Reasoning {
                 text: text.to_owned(),
             });
-        }
-    }
-
-    /// Usage counts are cumulative: a later report replaces an earlier one.
-    fn read_usage(&mut self, usage: &Value) {
-        if let Some(input) = input_tokens(usage) {
-            self.usage.input_tokens = input;
-        }
-        if let Some(output) = usage.get("output_tokens").and_then(Value::as_u64) {
-            self.usage.output_tokens = output;
         }
     }
 }

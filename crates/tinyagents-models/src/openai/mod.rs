@@ -12,6 +12,7 @@
 
 mod request;
 mod response;
+mod usage;
 
 use async_trait::async_trait;
 use bytes::Bytes;

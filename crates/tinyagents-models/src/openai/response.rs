@@ -9,10 +9,9 @@
 use serde_json::Value;
 use tinyagents_core::{ChatResponse, DeltaSink, ModelDelta, ModelError, ModelToolCall, Usage};
 
+use super::usage::usage;
 use crate::sse::SseEvent;
-use crate::wire::{
-    StreamDecoder, classify_error_value, malformed, parse_object, str_field, u64_field,
-};
+use crate::wire::{StreamDecoder, classify_error_value, malformed, parse_object, str_field};
 
 /// The most tool calls one response may carry.
 const MAX_TOOL_CALLS: usize = 1024;
@@ -75,13 +74,6 @@ fn text_of(content: Option<&Value>) -> String {
         Some(Value::String(text)) => text.clone(),
         Some(Value::Array(parts)) => parts.iter().filter_map(|p| str_field(p, "text")).collect(),
         _ => String::new(),
-    }
-}
-
-fn usage(value: &Value) -> Usage {
-    Usage {
-        input_tokens: u64_field(value, "prompt_tokens"),
-        output_tokens: u64_field(value, "completion_tokens"),
     }
 }
 

@@ -84,7 +84,9 @@ async fn sends_system_tools_and_results_and_reads_tool_use() {
         response.usage,
         Usage {
             input_tokens: 28,
-            output_tokens: 9
+            output_tokens: 9,
+            cached_input_tokens: 5,
+            reasoning_tokens: 0,
         }
     );
     assert_eq!(
@@ -127,13 +129,7 @@ async fn streams_text_and_tool_use_split_across_chunks() {
     let response = response.unwrap();
 
     assert_eq!(response.content, "Adding.");
-    assert_eq!(
-        response.usage,
-        Usage {
-            input_tokens: 20,
-            output_tokens: 15
-        }
-    );
+    assert_eq!(response.usage, Usage::new(20, 15));
     assert_eq!(response.finish_reason.as_deref(), Some("tool_use"));
     assert_eq!(
         response.tool_calls,

@@ -17,6 +17,7 @@ mod openai;
 mod server;
 mod structured;
 mod transport;
+mod usage;
 
 use std::sync::Mutex;
 use std::time::Duration;

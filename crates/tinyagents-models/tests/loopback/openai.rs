@@ -66,13 +66,7 @@ async fn sends_the_transcript_and_reads_parallel_tool_calls() {
 
     assert_eq!(response.content, "");
     assert_eq!(response.finish_reason.as_deref(), Some("tool_calls"));
-    assert_eq!(
-        response.usage,
-        Usage {
-            input_tokens: 12,
-            output_tokens: 7
-        }
-    );
+    assert_eq!(response.usage, Usage::new(12, 7));
     assert_eq!(response.tool_calls.len(), 2);
     assert_eq!(
         response.tool_calls[0],
@@ -115,13 +109,7 @@ async fn streams_tool_call_deltas_split_across_chunks() {
             ModelToolCall::new(Some("call_b".into()), "add", json!({})),
         ]
     );
-    assert_eq!(
-        response.usage,
-        Usage {
-            input_tokens: 12,
-            output_tokens: 7
-        }
-    );
+    assert_eq!(response.usage, Usage::new(12, 7));
     assert_eq!(
         deltas,
         vec![

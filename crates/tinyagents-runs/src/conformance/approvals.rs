@@ -22,10 +22,7 @@ async fn suspended(store: &dyn RunStore, agent: &str) -> (RunId, SuspendedRun) {
     );
     let ending = Ending::Suspended {
         state: Box::new(state.clone()),
-        usage: Usage {
-            input_tokens: 10,
-            output_tokens: 2,
-        },
+        usage: Usage::new(10, 2),
     };
     assert!(store.end(&id, 1, &ending).await.unwrap());
     (id, state)

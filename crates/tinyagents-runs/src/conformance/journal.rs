@@ -95,6 +95,7 @@ pub async fn a_holder_that_lost_its_run_adds_nothing_to_the_journal(store: Share
     held.record(&AgentEvent::RunCompleted {
         status: RunStatus::Completed,
         usage: Usage::default(),
+        spent: tinyagents_core::Spent::default(),
     });
     held.flush().await.unwrap();
     let kept = store.journal(&id, 0, 10).await.unwrap();

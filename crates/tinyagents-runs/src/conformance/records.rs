@@ -190,10 +190,7 @@ pub async fn end_writes_only_under_the_epoch_that_holds_the_run(store: &dyn RunS
     let ended = Ending::Ended {
         status: RecordStatus::Terminated,
         final_text: "stopped by a tool".into(),
-        usage: Usage {
-            input_tokens: 30,
-            output_tokens: 7,
-        },
+        usage: Usage::new(30, 7),
     };
     assert!(!store.end(&id, 2, &ended).await.unwrap(), "not its epoch");
     assert_eq!(
