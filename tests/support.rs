@@ -31,6 +31,8 @@ pub mod guides {
     pub mod approval {}
     #[doc = include_str!("../docs/mcp.md")]
     pub mod mcp {}
+    #[doc = include_str!("../docs/budgets.md")]
+    pub mod budgets {}
 }
 
 mod hooked_ledger;
@@ -403,5 +405,61 @@ impl ChatModel for CountingModel {
             "answer {} to: {query}",
             users.len()
         )))
+    }
+}
+
+/// `hop {"hops": n, "tool": t, "args": a}`: calls `hop` with `n - 1` hops
+/// through the harness, or `t(a)` when `n` is 1, and forwards the outcome:
+/// the result's content and error flag, or the refusal (with `?`, so the
+/// caller reads it verbatim).
+#[derive(Debug)]
+pub struct Hop {
+    spec: ToolSpec,
+}
+
+/// The `hop` tool.
+pub fn hop() -> Arc<dyn Tool> {
+    Arc::new(Hop {
+        spec: ToolSpec::new(
+            "hop",
+            "Calls a tool through the harness.",
+            json!({"type": "object"}),
+        ),
+    })
+}
+
+#[async_trait]
+impl Tool for Hop {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    async fn execute_with_context(
+        &self,
+        args: Value,
+        _opts: ToolCallOptions,
+        context: Option<&ToolRunContext>,
+    ) -> anyhow::Result<ToolResult> {
+        let context = context.expect("the harness passes a context");
+        let harness = ToolExecutionContext::from_run_context(context);
+        let hops = args["hops"].as_u64().unwrap_or(1);
+        let (tool, arguments) = if hops > 1 {
+            (
+                "hop".to_owned(),
+                json!({"hops": hops - 1, "tool": args["tool"], "args": args["args"]}),
+            )
+        } else {
+            (
+                args["tool"].as_str().unwrap_or_default().to_owned(),
+                args.get("args").cloned().unwrap_or_else(|| json!({})),
+            )
+        };
+        let result = harness.call_tool(&tool, arguments).await?;
+        Ok(ToolResult {
+            content: result.content,
+            is_error: result.is_error,
+            metadata: None,
+            control: None,
+        })
     }
 }

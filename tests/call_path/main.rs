@@ -41,8 +41,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use serde_json::{Value, json};
 use tinyagents::prelude::*;
 use tinyagents::{
-    harness::AgentHarnessBuilder, harness::ToolExecutionContext, ledger::EffectLedger,
-    middleware::ToolVerdict, orchestrator::AgentBuildRequest, orchestrator::AgentDefinition,
+    harness::AgentHarnessBuilder, ledger::EffectLedger, middleware::ToolVerdict,
+    orchestrator::AgentBuildRequest, orchestrator::AgentDefinition,
     orchestrator::AgentOrchestrator, orchestrator::BuildError, orchestrator::HostTools,
     orchestrator::InMemorySessionStore, orchestrator::ModelFactory, orchestrator::SessionStore,
 };
@@ -160,58 +160,9 @@ impl Origin {
     }
 }
 
-/// `hop {"hops": n, "tool": t, "args": a}`: calls `hop` with `n - 1` hops
-/// through the harness, or `t(a)` when `n` is 1, and forwards the outcome:
-/// the result's content and error flag, or the refusal (with `?`, so the
-/// caller reads it verbatim).
-pub(crate) struct Hop {
-    spec: ToolSpec,
-}
-
+/// `hop`: the shared nested-call tool (`tinyagents_tests::hop`).
 pub(crate) fn hop() -> Arc<dyn Tool> {
-    Arc::new(Hop {
-        spec: ToolSpec::new(
-            "hop",
-            "Calls a tool through the harness.",
-            json!({"type": "object"}),
-        ),
-    })
-}
-
-#[async_trait]
-impl Tool for Hop {
-    fn spec(&self) -> &ToolSpec {
-        &self.spec
-    }
-
-    async fn execute_with_context(
-        &self,
-        args: Value,
-        _opts: ToolCallOptions,
-        context: Option<&ToolRunContext>,
-    ) -> anyhow::Result<ToolResult> {
-        let context = context.expect("the harness passes a context");
-        let harness = ToolExecutionContext::from_run_context(context);
-        let hops = args["hops"].as_u64().unwrap_or(1);
-        let (tool, arguments) = if hops > 1 {
-            (
-                "hop".to_owned(),
-                json!({"hops": hops - 1, "tool": args["tool"], "args": args["args"]}),
-            )
-        } else {
-            (
-                args["tool"].as_str().unwrap_or_default().to_owned(),
-                args.get("args").cloned().unwrap_or_else(|| json!({})),
-            )
-        };
-        let result = harness.call_tool(&tool, arguments).await?;
-        Ok(ToolResult {
-            content: result.content,
-            is_error: result.is_error,
-            metadata: None,
-            control: None,
-        })
-    }
+    tinyagents_tests::hop()
 }
 
 // ===========================================================================

@@ -135,7 +135,7 @@ fn the_typescript_sdk_client_calls_an_agent_over_http() {
 }
 
 /// Serves `server` to a client of ours over an in-memory stream.
-async fn connected(server: &McpServer) -> McpClient {
+pub(crate) async fn connected(server: &McpServer) -> McpClient {
     let (client_io, server_io) = tokio::io::duplex(1 << 16);
     let (read, write) = tokio::io::split(server_io);
     let served = server.clone();

@@ -253,3 +253,51 @@ async fn a_failing_model_fails_its_chat_and_its_run() {
         other => panic!("{other:?}"),
     }
 }
+
+/// Issue 33: with a price table, the `chat` span carries the call's cost
+/// (in the table's smallest unit) and its cache and reasoning tokens, and
+/// the `invoke_agent` span the run's totals with how many calls had no
+/// price.
+#[tokio::test]
+async fn chat_and_invoke_agent_spans_carry_cost_and_cache_and_reasoning_tokens_when_priced() {
+    let spans = Spans::capture();
+    let usage = Usage {
+        input_tokens: 1_000,
+        output_tokens: 100,
+        cached_input_tokens: 400,
+        reasoning_tokens: 60,
+    };
+    let model = ScriptedModel::new([ChatResponse::text("done").with_usage(usage)]).named("m");
+    let prices = PriceTable::new("USD").with_model(
+        "m",
+        ModelPrice {
+            input: "1000".parse().unwrap(),
+            output: "2000".parse().unwrap(),
+            cached_input: Some("500".parse().unwrap()),
+        },
+    );
+    let harness = AgentHarness::builder(Arc::new(model))
+        .agent_id(tinyagents::core::AgentId::new("priced"))
+        .prices(prices)
+        .build()
+        .unwrap();
+    harness.run("go").await.unwrap();
+    let spans = spans.finished();
+    // 600 × 1,000 + 400 × 500 + 100 × 2,000 cents per million tokens.
+    for span in [one(&spans, "chat m"), one(&spans, "invoke_agent priced")] {
+        for (key, value) in [
+            ("gen_ai.usage.input_tokens", "1000"),
+            ("gen_ai.usage.output_tokens", "100"),
+            ("gen_ai.usage.cache_read.input_tokens", "400"),
+            ("tinyagents.usage.reasoning_tokens", "60"),
+            ("tinyagents.cost", "1"),
+        ] {
+            assert_eq!(attr(span, key).as_deref(), Some(value), "{} {key}", span.name);
+        }
+    }
+    let root = one(&spans, "invoke_agent priced");
+    assert_eq!(
+        attr(root, "tinyagents.cost.unpriced_calls").as_deref(),
+        Some("0")
+    );
+}

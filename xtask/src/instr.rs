@@ -92,6 +92,7 @@ impl Workload {
             "parked" => "parked run (bytes held)".to_owned(),
             "floor-registry" => "floor with RegisteredTool::validate".to_owned(),
             "stack" => format!("seq {} + 10 middlewares", self.n),
+            "seq-budget" => format!("seq {} + token and money caps", self.n),
             "seq-ledger" => format!("seq {} + memory ledger", self.n),
             "seq-sqlite" => format!("seq {} + SQLite ledger", self.n),
             name => format!("{name} {}", self.n),
@@ -106,6 +107,7 @@ fn default_workloads() -> Vec<Workload> {
         ("floor", 1000),
         ("floor-registry", 1000),
         ("seq", 400),
+        ("seq-budget", 400),
         ("par", 1000),
         ("nested", 1000),
         ("stack", 400),
@@ -128,10 +130,11 @@ fn default_workloads() -> Vec<Workload> {
     .collect()
 }
 
-const KNOWN: [&str; 12] = [
+const KNOWN: [&str; 13] = [
     "floor",
     "floor-registry",
     "seq",
+    "seq-budget",
     "seq-ledger",
     "seq-sqlite",
     "par",
@@ -1219,6 +1222,18 @@ fn render(rows: &[Row], memory: &[MemoryRow]) -> String {
                 thousands(added)
             );
         }
+    }
+    if let (Some(seq), Some(budget)) = (find("seq"), find("seq-budget")) {
+        // One model call per tool call in `seq`: per call is per model call.
+        let added = budget.instructions - seq.instructions;
+        let _ = writeln!(
+            out,
+            "  the reservation adds (seq-budget {} - seq {}): <= 1,000 instructions/model call: {} ({})",
+            budget.n,
+            seq.n,
+            mark(added <= 1_000.0),
+            thousands(added)
+        );
     }
     if let (Some(seq), Some(stack)) = (find("seq"), find("stack")) {
         let added = stack.instructions - seq.instructions;

@@ -53,6 +53,27 @@ impl SpendCaps {
     fn is_capped(self) -> bool {
         self.max_tokens.is_some() || self.max_cost.is_some()
     }
+
+    /// Whether it caps nothing.
+    pub fn is_unbounded(&self) -> bool {
+        !self.is_capped()
+    }
+
+    /// The tighter of each cap of `self` and `share`: a share lowers a
+    /// cap, never raises it.
+    #[must_use]
+    pub fn within(self, share: Self) -> Self {
+        fn tighter<T: Ord>(a: Option<T>, b: Option<T>) -> Option<T> {
+            match (a, b) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            }
+        }
+        Self {
+            max_tokens: tighter(self.max_tokens, share.max_tokens),
+            max_cost: tighter(self.max_cost, share.max_cost),
+        }
+    }
 }
 
 /// What was spent: by one run's own model calls, or by a run and every run
@@ -131,6 +152,11 @@ struct Tree {
 pub struct Spend {
     tree: Arc<Tree>,
     node: usize,
+    /// Whether this node or one above it caps anything (caps never change,
+    /// so it is known when the node is made).
+    capped: bool,
+    /// Whether this node or one above it caps money.
+    caps_cost: bool,
 }
 
 impl Spend {
@@ -161,6 +187,8 @@ impl Spend {
                 prices,
             }),
             node: 0,
+            capped: caps.is_capped(),
+            caps_cost: caps.max_cost.is_some(),
         }
     }
 
@@ -182,6 +210,8 @@ impl Spend {
         Self {
             tree: Arc::clone(&self.tree),
             node: nodes.len() - 1,
+            capped: self.capped || caps.is_capped(),
+            caps_cost: self.caps_cost || caps.max_cost.is_some(),
         }
     }
 
@@ -193,14 +223,37 @@ impl Spend {
     /// Whether this node or one above it caps anything: when none does,
     /// a reservation can only succeed, and callers may skip estimating.
     pub fn is_capped(&self) -> bool {
-        let nodes = lock(&self.tree.nodes);
-        chain(&nodes, self.node).any(|i| nodes[i].caps.is_capped())
+        self.capped
     }
 
     /// Whether this node or one above it caps money.
     pub fn caps_cost(&self) -> bool {
+        self.caps_cost
+    }
+
+    /// What this node may still spend: for tokens and for money, the least
+    /// over this node and every node above it that caps it of the cap less
+    /// what is spent and held there (zero once a node is past its cap);
+    /// `None` where no node caps. What a run hands on as the budget of
+    /// work it delegates elsewhere (an agent served over MCP).
+    pub fn left(&self) -> SpendCaps {
+        fn least<T: Ord + Copy>(left: Option<T>, room: T) -> Option<T> {
+            Some(left.map_or(room, |left| left.min(room)))
+        }
         let nodes = lock(&self.tree.nodes);
-        chain(&nodes, self.node).any(|i| nodes[i].caps.max_cost.is_some())
+        let mut left = SpendCaps::default();
+        for i in chain(&nodes, self.node) {
+            let node = &nodes[i];
+            if let Some(limit) = node.caps.max_tokens {
+                let used = node.total.usage.total().saturating_add(node.held_tokens);
+                left.max_tokens = least(left.max_tokens, limit.saturating_sub(used));
+            }
+            if let Some(limit) = node.caps.max_cost {
+                let used = node.total.cost.saturating_add(node.held_cost);
+                left.max_cost = least(left.max_cost, limit.saturating_sub(used));
+            }
+        }
+        left
     }
 
     /// Holds `tokens` and `cost` on this node and every node above it, or
@@ -232,12 +285,10 @@ impl Spend {
                 }
             }
         }
-        let path: Vec<usize> = chain(&nodes, self.node).collect();
-        for i in path {
-            let node = &mut nodes[i];
+        for_chain(&mut nodes, self.node, |node| {
             node.held_tokens = node.held_tokens.saturating_add(tokens);
             node.held_cost = node.held_cost.saturating_add(cost);
-        }
+        });
         Ok(Reservation {
             spend: self.clone(),
             tokens,
@@ -253,10 +304,7 @@ impl Spend {
     pub fn record(&self, spent: &Spent) {
         let mut nodes = lock(&self.tree.nodes);
         nodes[self.node].own.add(spent);
-        let path: Vec<usize> = chain(&nodes, self.node).collect();
-        for i in path {
-            nodes[i].total.add(spent);
-        }
+        for_chain(&mut nodes, self.node, |node| node.total.add(spent));
     }
 
     /// What this node's run spent itself.
@@ -305,15 +353,23 @@ impl Spend {
         if let Some(spent) = spent {
             nodes[self.node].own.add(spent);
         }
-        let path: Vec<usize> = chain(&nodes, self.node).collect();
-        for i in path {
-            let node = &mut nodes[i];
+        for_chain(&mut nodes, self.node, |node| {
             node.held_tokens = node.held_tokens.saturating_sub(tokens);
             node.held_cost = node.held_cost.saturating_sub(cost);
             if let Some(spent) = spent {
                 node.total.add(spent);
             }
-        }
+        });
+    }
+}
+
+/// Applies `change` to `node` and every node above it.
+fn for_chain(nodes: &mut [Node], node: usize, mut change: impl FnMut(&mut Node)) {
+    let mut at = Some(node);
+    while let Some(i) = at {
+        let node = &mut nodes[i];
+        change(node);
+        at = node.parent;
     }
 }
 

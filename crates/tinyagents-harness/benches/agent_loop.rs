@@ -39,8 +39,8 @@ use std::time::Instant;
 
 use serde_json::json;
 use tinyagents_core::{
-    ChatModel, ChatRequest, ChatResponse, ModelError, ModelToolCall, RunLimits, TinyAgentsError,
-    ToolCall, ToolResult,
+    ChatModel, ChatRequest, ChatResponse, Cost, ModelError, ModelPrice, ModelToolCall, PriceTable,
+    Rate, RunLimits, TinyAgentsError, ToolCall, ToolResult,
 };
 use tinyagents_harness::{AgentHarness, ToolExecutionContext};
 use tinyagents_ledger::EffectLedger;
@@ -165,6 +165,33 @@ fn parallel_model(calls: usize) -> ScriptedModel {
 
 fn harness(model: ScriptedModel, calls: u32, stack: bool) -> AgentHarness {
     harness_with(model, calls, stack, None)
+}
+
+/// `seq N` under a token and a money cap (never reached), its model
+/// priced: every model call estimates its prompt (the default estimate),
+/// reserves its worst case on the run's node and settles it (issue 33).
+fn budgeted_harness(calls: u32) -> AgentHarness {
+    let model = sequential_model(calls as usize);
+    let prices = PriceTable::new("USD").with_model(
+        model.name(),
+        ModelPrice {
+            input: Rate::per_million_units(250),
+            output: Rate::per_million_units(1_000),
+            cached_input: None,
+        },
+    );
+    let limits = RunLimits::default()
+        .with_max_model_calls(calls + 2)
+        .with_max_tool_calls(calls)
+        .with_max_parallel_calls(calls)
+        .with_max_tokens(u64::MAX / 2)
+        .with_max_cost(Cost::from_units(1_000_000_000));
+    AgentHarness::builder(Arc::new(model))
+        .limits(limits)
+        .prices(prices)
+        .tool(add_tool())
+        .build()
+        .unwrap_or_else(|e| panic!("bench harness: {e}"))
 }
 
 /// `seq N` over `ledger`.
@@ -365,6 +392,7 @@ fn instr(rt: &tokio::runtime::Runtime, workload: &str, n: usize) {
         "stack" => (harness(sequential_model(n), calls, true), n),
         "par" => (harness(parallel_model(n), calls, false), n),
         "nested" => (nested_harness(calls), n + 1),
+        "seq-budget" => (budgeted_harness(calls), n),
         "seq-ledger" => (
             ledgered_harness(calls, ledgered::open(rt, LedgerKind::Memory)),
             n,
@@ -378,8 +406,8 @@ fn instr(rt: &tokio::runtime::Runtime, workload: &str, n: usize) {
             n,
         ),
         other => panic!(
-            "--instr: unknown workload `{other}` (floor, floor-registry, seq, stack, par, nested, \
-             seq-ledger, seq-sqlite, seq-sqlite-durable, parked)"
+            "--instr: unknown workload `{other}` (floor, floor-registry, seq, seq-budget, stack, \
+             par, nested, seq-ledger, seq-sqlite, seq-sqlite-durable, parked)"
         ),
     };
     let run = rt

@@ -4,8 +4,8 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use tinyagents_core::{ChatModel, RunLimits};
-use tinyagents_harness::{AgentHarness, AgentHarnessBuilder};
+use tinyagents_core::{ChatModel, PriceTable, RunLimits, SpendCaps};
+use tinyagents_harness::{AgentHarness, AgentHarnessBuilder, PromptEstimator};
 use tinyagents_ledger::{EffectLedger, LedgerFailure};
 use tinytools::Tool;
 
@@ -36,6 +36,8 @@ pub(crate) struct Governance {
     pub(crate) tool_options: AgentToolOptions,
     pub(crate) ledger: Option<Arc<dyn EffectLedger>>,
     pub(crate) ledger_failure: LedgerFailure,
+    pub(crate) prices: Option<Arc<PriceTable>>,
+    pub(crate) prompt_estimator: Option<PromptEstimator>,
 }
 
 impl Default for Governance {
@@ -47,6 +49,8 @@ impl Default for Governance {
             tool_options: AgentToolOptions::default(),
             ledger: None,
             ledger_failure: LedgerFailure::default(),
+            prices: None,
+            prompt_estimator: None,
         }
     }
 }
@@ -121,8 +125,31 @@ macro_rules! governance_setters {
             self
         }
 
-        /// Lets delegated runs spend from their caller's budget
-        /// (tree-wide). Off by default.
+        /// Prices the model calls of the agents it builds (see
+        /// `AgentHarnessBuilder::prices`): their usage is costed, and a
+        /// `max_cost` in the limits or an agent's
+        /// [`budget`](crate::AgentDefinition::budget) binds.
+        #[must_use]
+        pub fn prices(mut self, prices: impl Into<std::sync::Arc<tinyagents_core::PriceTable>>) -> Self {
+            self.governance.prices = Some(prices.into());
+            self
+        }
+
+        /// Estimates the prompt tokens of the model calls of the agents it
+        /// builds, for their reservations (see
+        /// `AgentHarnessBuilder::prompt_estimator`).
+        #[must_use]
+        pub fn prompt_estimator(
+            mut self,
+            estimator: impl Fn(&tinyagents_core::ChatRequest<'_>) -> u64 + Send + Sync + 'static,
+        ) -> Self {
+            self.governance.prompt_estimator = Some(std::sync::Arc::new(estimator));
+            self
+        }
+
+        /// Lets delegated runs spend from their caller's budget of tool
+        /// and model calls (tree-wide). Off by default: each delegated run
+        /// counts its own calls. Tokens and money are always the tree's.
         #[must_use]
         pub fn shared_budget(mut self, shared: bool) -> Self {
             self.governance.tool_options.shared_budget = shared;
@@ -339,13 +366,20 @@ impl BuildContext<'_> {
         let mut builder = AgentHarness::builder(Arc::clone(&shape.model))
             .agent_id(definition.id.clone())
             .model_options(shape.options.clone())
-            .limits(self.governance.limits.clone())
+            .limits(limits_of(&self.governance.limits, definition))
             .include_detailed_errors(self.governance.detailed_errors)
             .middleware(Arc::new(FunctionLoopCaps::new(
                 self.governance.max_consecutive_errors,
             )));
         for warning in warnings {
             builder = builder.warning(warning.clone());
+        }
+        if let Some(prices) = &self.governance.prices {
+            builder = builder.prices(Arc::clone(prices));
+        }
+        if let Some(estimator) = &self.governance.prompt_estimator {
+            let estimator = Arc::clone(estimator);
+            builder = builder.prompt_estimator(move |request| estimator(request));
         }
         if let Some(ledger) = self.ledger {
             builder = builder
@@ -449,4 +483,14 @@ fn register(
             agent: definition.id.clone(),
             source,
         })
+}
+
+/// The limits of `definition`'s runs: the builder's, with its share of the
+/// tree's tokens and money.
+fn limits_of(limits: &RunLimits, definition: &AgentDefinition) -> RunLimits {
+    let caps = SpendCaps::of(limits).within(definition.budget);
+    let mut limits = limits.clone();
+    limits.max_tokens = caps.max_tokens;
+    limits.max_cost = caps.max_cost;
+    limits
 }

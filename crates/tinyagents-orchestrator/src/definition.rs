@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
-use tinyagents_core::{AgentId, ModelOptions};
+use tinyagents_core::{AgentId, ModelOptions, SpendCaps};
 
 use crate::names::normalize_function_name;
 
@@ -131,6 +131,12 @@ pub struct AgentDefinition {
     /// The host's main agent: exempt from the function-name collision check.
     #[serde(default)]
     pub is_main: bool,
+    /// Its share of its tree's tokens and money: caps on what each of its
+    /// runs and the runs they delegate to may spend together, lowering
+    /// (never raising) the builder's `max_tokens` and `max_cost`. The caps
+    /// of the runs above it still bind. None by default.
+    #[serde(default, skip_serializing_if = "SpendCaps::is_unbounded")]
+    pub budget: SpendCaps,
 }
 
 impl AgentDefinition {
@@ -156,6 +162,7 @@ impl AgentDefinition {
             skills: Vec::new(),
             audiences: Vec::new(),
             is_main: false,
+            budget: SpendCaps::default(),
         }
     }
 
@@ -199,6 +206,14 @@ impl AgentDefinition {
     #[must_use]
     pub fn tool_policy(mut self, name: impl Into<String>, policy: ToolPolicy) -> Self {
         self.tool_policies.insert(name.into(), policy);
+        self
+    }
+
+    /// Gives the agent a share of its tree's tokens and money (see
+    /// [`AgentDefinition::budget`]).
+    #[must_use]
+    pub fn budget(mut self, share: SpendCaps) -> Self {
+        self.budget = share;
         self
     }
 

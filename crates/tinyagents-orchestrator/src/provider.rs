@@ -22,8 +22,8 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use serde_json::{Value, json};
 use tinyagents_core::{
-    AgentId, CallId, CancellationToken, RunId, RunStatus, SessionId, TinyAgentsError, ToolReplay,
-    ToolResult,
+    AgentId, CallId, CancellationToken, RunId, RunStatus, SessionId, Spend, SpendCaps,
+    TinyAgentsError, ToolReplay, ToolResult,
 };
 use tinyagents_harness::{EventSink, OUTPUT_SCHEMA_PROPERTY, RunRequest, ToolExecutionContext};
 use tinytools::{Reconciled, Tool, ToolCallOptions, ToolRunContext, ToolSpec};
@@ -385,12 +385,23 @@ impl Tool for AgentAsTool {
     /// will never be continued (its answer would reach nobody), so it is
     /// ended and its own calls in doubt are put to the child's tools. Whether
     /// the delegation as a whole did what was asked stays unknown.
+    /// What the child had spent, as its last checkpoint holds it, is
+    /// recorded in its caller's tree (lent as the context's host
+    /// extension): a recovered tree forgets nothing its abandoned children
+    /// spent up to their last turn.
     async fn reconcile(&self, context: &ToolRunContext) -> anyhow::Result<Reconciled> {
         let child = child_run_id(context.run_id(), context.call_id());
-        self.agent
-            .harness(self.caller_air_gapped)
-            .abandon(&child)
-            .await?;
+        let harness = self.agent.harness(self.caller_air_gapped);
+        let spent = harness.checkpointed_spend(&child).await?;
+        harness.abandon(&child).await?;
+        let caller = context
+            .host_extension()
+            .and_then(|extension| extension.downcast_ref::<Spend>());
+        if let (Some(caller), Some(spent)) = (caller, spent) {
+            caller
+                .child(child, Some(self.agent.id().clone()), SpendCaps::default())
+                .record(&spent);
+        }
         Ok(Reconciled::Unknown)
     }
 }

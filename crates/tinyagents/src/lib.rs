@@ -43,7 +43,7 @@
 //!
 //! | module | what it holds |
 //! |---|---|
-//! | [`core`] | ids, calls, results, messages, events, errors, limits, the shared budget, the `ChatModel` seam |
+//! | [`core`] | ids, calls, results, messages, events, errors, limits, the shared budget, the tree's tokens and money (`Spend`, `PriceTable`), the `ChatModel` seam |
 //! | [`tools`] | the `Tool` trait, specs, the registry, argument preparation, typed tools |
 //! | [`middleware`] | lifecycle hooks, the `wrap_tool` onion, the security gate, built-in policies, redaction |
 //! | [`ledger`] | the effect ledger: started/settled rows, checkpoints, recovery queries (memory, SQLite) |
@@ -144,9 +144,10 @@ pub mod prelude {
     pub use crate::{anyhow, async_trait, json_schema, schemars, serde, serde_json};
 
     pub use tinyagents_core::{
-        AgentEvent, AgentId, CallId, ChatModel, ChatResponse, IdempotencyKey, LimitBehavior,
-        Message, ModelOptions, PayloadCapture, RunId, RunLimits, RunStatus, TinyAgentsError,
-        ToolCall, ToolControl, ToolReplay, ToolResult, Usage,
+        AgentEvent, AgentId, CallId, ChatModel, ChatResponse, Cost, IdempotencyKey, LimitBehavior,
+        LimitKind, Message, ModelOptions, ModelPrice, PayloadCapture, PriceTable, RunId,
+        RunLimits, RunStatus, SpendCaps, Spent, TinyAgentsError, ToolCall, ToolControl,
+        ToolReplay, ToolResult, Usage,
     };
     pub use tinyagents_harness::{
         AgentHarness, AgentRun, ApprovalDecision, EventSink, PendingCall, ResumeOptions, RunHandle,

@@ -64,7 +64,10 @@ pub trait Tool: Send + Sync + 'static {
     /// with them, its [`idempotency_key`](ToolRunContext::idempotency_key),
     /// which the tool's own system can look up (a payment API's idempotency
     /// key). It carries no arguments: a nested call's arguments are not
-    /// persisted, only their hash.
+    /// persisted, only their hash. When a run meets the call again (a
+    /// recovery, a resume), the context's host extension is the run's node
+    /// of its tree's tokens and money (`tinyagents_core::Spend`): a tool
+    /// that delegated work records there what the abandoned work spent.
     ///
     /// - [`Reconciled::Done`]: the effect happened; the result answers the
     ///   call as if it had returned it, and its row settles with it.

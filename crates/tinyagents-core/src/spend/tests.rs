@@ -56,6 +56,18 @@ fn a_reservation_is_checked_and_held_on_every_node_to_the_root() {
 }
 
 #[test]
+fn a_share_lowers_a_cap_and_never_raises_it() {
+    let tree = caps(Some(100), None);
+    assert_eq!(
+        tree.within(caps(Some(40), Some(7))),
+        caps(Some(40), Some(7))
+    );
+    assert_eq!(tree.within(caps(Some(400), None)), caps(Some(100), None));
+    assert!(SpendCaps::default().is_unbounded());
+    assert!(!tree.is_unbounded());
+}
+
+#[test]
 fn a_dropped_reservation_gives_back_what_it_held() {
     let root = Spend::root(id("r"), None, caps(None, Some(10)), Spent::default(), None);
     drop(root.reserve(0, Cost::from_nanos(10)).unwrap());
@@ -99,6 +111,44 @@ fn what_a_served_agent_reports_is_recorded_past_the_cap_and_refuses_what_follows
     assert_eq!(report[1].agent, Some(AgentId::new("remote")));
     assert_eq!(report[1].own.usage.total(), 20);
     assert_eq!(report[0].own.usage.total(), 4);
+}
+
+#[test]
+fn what_is_left_is_the_least_room_on_the_path_to_the_root() {
+    let root = Spend::root(
+        id("r"),
+        None,
+        caps(Some(100), Some(50)),
+        Spent::default(),
+        None,
+    );
+    let child = root.child(id("c"), None, caps(Some(60), None));
+    let grandchild = child.child(id("g"), None, SpendCaps::default());
+    let other = root.child(id("o"), None, SpendCaps::default());
+    // Nothing spent: each of tokens and money is its tightest cap.
+    assert_eq!(grandchild.left(), caps(Some(60), Some(50)));
+    // What others hold counts against the caps they share.
+    let held = other.reserve(30, Cost::from_nanos(20)).unwrap();
+    assert_eq!(grandchild.left(), caps(Some(60), Some(30)));
+    assert_eq!(other.left(), caps(Some(70), Some(30)));
+    // Spent below the child: its share is the tighter one now.
+    grandchild
+        .reserve(50, Cost::ZERO)
+        .unwrap()
+        .settle(&spent(50, 0));
+    assert_eq!(grandchild.left(), caps(Some(10), Some(30)));
+    assert_eq!(root.left(), caps(Some(20), Some(30)));
+    drop(held);
+    assert_eq!(root.left(), caps(Some(50), Some(50)));
+    // Past a cap (a served agent's report) there is nothing left, not less.
+    other.record(&spent(80, 70));
+    assert_eq!(grandchild.left(), caps(Some(0), Some(0)));
+    // A tree that caps nothing leaves everything.
+    let free = Spend::root(id("f"), None, SpendCaps::default(), Spent::default(), None);
+    assert_eq!(
+        free.child(id("x"), None, SpendCaps::default()).left(),
+        SpendCaps::default()
+    );
 }
 
 #[test]

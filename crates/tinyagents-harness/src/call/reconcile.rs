@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use futures_util::FutureExt;
 use tinyagents_core::{
-    CallId, CancellationToken, IdempotencyKey, RunContext, RunId, ToolCall, ToolReplay,
+    CallId, CancellationToken, IdempotencyKey, RunContext, RunId, Spend, ToolCall, ToolReplay,
 };
 use tinyagents_ledger::{
     Effect, EffectLedger, Found, LedgerError, LedgerRow, Outcome, Resolve, StartedRow,
@@ -35,6 +35,10 @@ pub(crate) struct Doubt<'a> {
     pub(crate) run_id: &'a RunId,
     pub(crate) call_id: &'a CallId,
     pub(crate) args_hash: &'a str,
+    /// The run's node of its tree's spend, when a run meets the call
+    /// again: its tool's context carries it, so a delegating tool can
+    /// record what the work it abandons had spent.
+    pub(crate) spend: Option<&'a Spend>,
 }
 
 impl<'a> Doubt<'a> {
@@ -43,6 +47,7 @@ impl<'a> Doubt<'a> {
             run_id: &row.run_id,
             call_id: &row.call_id,
             args_hash: &row.args_hash,
+            spend: None,
         }
     }
 }
@@ -140,6 +145,7 @@ impl CallPath {
             run_id: &ctx.run_id,
             call_id: &call.id,
             args_hash: hash,
+            spend: Some(ctx.spend()),
         };
         let finding = self
             .ask(doubt, Some(entry), &call.name, ctx.cancellation())
@@ -240,7 +246,7 @@ impl CallPath {
         cancel: &CancellationToken,
     ) -> Finding {
         let name = &tool.spec().name;
-        let context =
+        let mut context =
             ToolRunContext::new(doubt.run_id.clone(), doubt.call_id.clone(), cancel.clone())
                 .with_agent(self.agent_id.clone())
                 .with_idempotency_key(IdempotencyKey {
@@ -248,6 +254,11 @@ impl CallPath {
                     call_id: doubt.call_id.clone(),
                     args_hash: doubt.args_hash.to_owned(),
                 });
+        if let Some(spend) = doubt.spend {
+            // What `Tool::reconcile` documents: a run meeting the call
+            // again lends its spend as the context's host extension.
+            context = context.with_host_extension(std::sync::Arc::new(spend.clone()));
+        }
         let timeout = tool
             .spec()
             .timeout

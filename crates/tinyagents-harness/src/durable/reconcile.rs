@@ -1,7 +1,7 @@
 //! Reconciliation after the fact: a finished run's calls in doubt put to
 //! their tools, and a delegated run abandoned by its caller's recovery.
 
-use tinyagents_core::{CancellationToken, RunId, TinyAgentsError};
+use tinyagents_core::{CancellationToken, RunId, Spent, TinyAgentsError};
 #[cfg(doc)]
 use tinyagents_ledger::EffectLedger;
 use tinyagents_ledger::RunState;
@@ -42,6 +42,23 @@ impl AgentHarness {
             )
             .await
             .map_err(state_error)
+    }
+
+    /// What `run_id` had spent, it and the runs under it, as its last
+    /// checkpoint holds it; `None` for a run without one (or a harness
+    /// without a ledger). A delegating tool reads it to carry what an
+    /// abandoned child spent into its caller's tree.
+    pub async fn checkpointed_spend(
+        &self,
+        run_id: &RunId,
+    ) -> Result<Option<Spent>, TinyAgentsError> {
+        let Some(ledger) = &self.calls.ledger else {
+            return Ok(None);
+        };
+        Ok(self
+            .load_saved(ledger.as_ref(), run_id)
+            .await?
+            .map(|saved| saved.budget.spent()))
     }
 
     /// Ends a run that will never be continued, such as a delegated run

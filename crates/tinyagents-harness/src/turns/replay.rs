@@ -33,7 +33,10 @@ impl<'h> Run<'h> {
         // Its tool can still say whether it acted (it needs no arguments for
         // that); a finding recorded settles the row, else it is settled here.
         let (text, settle) = if row.replay == ToolReplay::Never {
-            let doubt = Doubt::of(&row);
+            let doubt = Doubt {
+                spend: Some(self.ctx.spend()),
+                ..Doubt::of(&row)
+            };
             let tool = harness.calls.tools.get(&row.tool_name);
             let finding = harness
                 .calls

@@ -25,7 +25,8 @@ pub(crate) struct PromptTally {
 
 /// A model call's reservation and the price it was made at.
 pub(crate) struct HeldCall {
-    reservation: Reservation,
+    /// `None` when nothing caps the tree: there is nothing to hold.
+    reservation: Option<Reservation>,
     price: Option<ModelPrice>,
 }
 
@@ -35,22 +36,25 @@ impl Run<'_> {
     /// without a price: its cost could not be bounded.
     pub(crate) fn reserve_model_call(&mut self) -> Result<HeldCall, TinyAgentsError> {
         let spend = self.ctx.spend();
-        let model = self.model_name();
+        // The model's name is looked up only when there is a table to
+        // look it up in.
         let price = self
             .harness
             .pricing
             .prices
             .as_ref()
             .or(spend.prices())
-            .and_then(|table| table.price(model))
+            .and_then(|table| table.price(self.model_name()))
             .copied();
         if !spend.is_capped() {
-            let reservation = spend.reserve(0, Cost::ZERO)?;
-            return Ok(HeldCall { reservation, price });
+            return Ok(HeldCall {
+                reservation: None,
+                price,
+            });
         }
         if price.is_none() && spend.caps_cost() {
             return Err(TinyAgentsError::ModelUnpriced {
-                model: model.to_owned(),
+                model: self.model_name().to_owned(),
             });
         }
         let output = u64::from(
@@ -64,7 +68,10 @@ impl Run<'_> {
             .ctx
             .spend()
             .reserve(input.saturating_add(output), cost)?;
-        Ok(HeldCall { reservation, price })
+        Ok(HeldCall {
+            reservation: Some(reservation),
+            price,
+        })
     }
 
     /// The model name prices are looked up by: the options' override, or
@@ -110,9 +117,13 @@ impl Run<'_> {
 impl HeldCall {
     /// Spends what the call used, at its price, and gives back the rest of
     /// the reservation; returns the call's cost (`None`: unpriced).
-    pub(crate) fn settle(self, usage: Usage) -> Option<Cost> {
+    pub(crate) fn settle(self, spend: &Spend, usage: Usage) -> Option<Cost> {
         let cost = self.price.map(|price| price.cost(&usage));
-        self.reservation.settle(&Spent::call(usage, cost));
+        let spent = Spent::call(usage, cost);
+        match self.reservation {
+            Some(reservation) => reservation.settle(&spent),
+            None => spend.record(&spent),
+        }
         cost
     }
 }
@@ -120,6 +131,9 @@ impl HeldCall {
 /// The first cap on `spend`'s path that its spend has passed (a call used
 /// more than its reservation held), as the limit it reached.
 pub(crate) fn passed_cap(spend: &Spend) -> Option<TinyAgentsError> {
+    if !spend.is_capped() {
+        return None;
+    }
     spend.reserve(0, Cost::ZERO).err()
 }
 

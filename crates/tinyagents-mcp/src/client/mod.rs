@@ -1,5 +1,6 @@
 //! The client: an MCP server's tools as tinyagents tools.
 
+mod budget;
 mod content;
 mod list;
 mod pin;

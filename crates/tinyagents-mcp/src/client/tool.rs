@@ -13,6 +13,7 @@ use serde_json::{Map, Value};
 use tinyagents_core::ToolResult;
 use tinytools::{Tool, ToolCallOptions, ToolRunContext, ToolSpec};
 
+use super::budget::{self, Caller};
 use super::content::tool_result;
 use super::pin::PinnedTool;
 use super::state::{Connection, Standing};
@@ -181,11 +182,15 @@ impl Tool for McpTool {
         let bound = self.connection.server.request_timeout;
         let timeout = opts.timeout.map_or(bound, |t| t.min(bound));
         let params = CallToolRequestParams::new(self.remote.clone()).with_arguments(arguments);
+        // What the calling run's tree has left goes with the call.
+        let spend = budget::caller_spend(context);
+        let mut options = PeerRequestOptions::with_timeout(timeout);
+        options.meta = spend.as_ref().and_then(budget::budget_meta);
         let handle = self
             .peer
             .send_cancellable_request(
                 ClientRequest::CallToolRequest(Request::new(params)),
-                PeerRequestOptions::with_timeout(timeout),
+                options,
             )
             .await
             .map_err(|e| self.failed(e))?;
@@ -226,6 +231,16 @@ impl Tool for McpTool {
         cancel.disarm();
         match response.map_err(|e| self.failed(e))? {
             ServerResult::CallToolResult(result) => {
+                // What the served run spent is the calling run's tree's.
+                if let (Some(spend), Some(context), Some(meta)) = (&spend, context, &result.meta) {
+                    let caller = Caller {
+                        spend,
+                        context,
+                        server: self.server(),
+                        tool: &self.spec.name,
+                    };
+                    caller.record(meta);
+                }
                 Ok(tool_result(self.server(), &self.remote, result))
             }
             _ => Err(self.failed(ServiceError::UnexpectedResponse)),

@@ -3,11 +3,11 @@
 use std::collections::HashMap;
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResult, ContentBlock, ErrorData, MetaObject,
-    ProgressNotificationParam, ProgressToken,
+    CallToolRequestParams, CallToolResult, ContentBlock, ErrorData, ProgressNotificationParam,
+    ProgressToken,
 };
 use rmcp::service::{Peer, RequestContext, RoleServer};
-use tinyagents_core::{AgentEvent, CallId, Message, RunStatus, SessionId, TinyAgentsError};
+use tinyagents_core::{AgentEvent, CallId, Message, RunId, RunStatus, SessionId, TinyAgentsError};
 use tinyagents_harness::{AgentRun, ResumeOptions, RunHandle, RunRequest};
 use tinyagents_orchestrator::SessionScope;
 use tokio::sync::SemaphorePermit;
@@ -15,14 +15,16 @@ use tokio_util::sync::CancellationToken;
 
 use super::Served;
 use super::approval::{Approver, Asked, Decided, MAX_APPROVAL_ROUNDS};
+use super::budget::{budget_root, served_spent, wire_budget, with_run};
 use super::relay::RelayedCall;
-use crate::RUN_ID_META;
 
 /// Runs the call `params` names in a run of its own: the relay issues it,
 /// the harness admits, runs and settles it, and its answer (or why it was
-/// not run) is the MCP result. `session` is the parent of an agent's child
-/// sessions. A run suspended for approval is put to the client when it can
-/// be asked ([`Approver`]) and resumed once with the decisions.
+/// not run) is the MCP result, its `_meta` naming the run and what it
+/// spent. `session` is the parent of an agent's child sessions. A budget in
+/// the request's `_meta` caps the run from a root above it. A run
+/// suspended for approval is put to the client when it can be asked
+/// ([`Approver`]) and resumed once with the decisions.
 pub(crate) async fn call_tool(
     served: &Served,
     session: &SessionId,
@@ -65,7 +67,14 @@ pub(crate) async fn call_tool(
             "the call of '{tool}' was cancelled before it started"
         )));
     };
-    let mut request = RunRequest::new(input).with_cancellation(context.ct.clone());
+    let run_id = RunId::generate();
+    let mut request = RunRequest::new(input)
+        .with_cancellation(context.ct.clone())
+        .with_run_id(run_id.clone());
+    // A budget from the caller lowers the run's caps from above it.
+    let root = wire_budget(&context.meta, &tool)
+        .map(|budget| budget_root(budget, &run_id, served.prices.clone()));
+    request.spend.clone_from(&root);
     SessionScope::new(session.clone()).write_to(&mut request.properties);
     let mut watch = Watch {
         progress: context.meta.get_progress_token().map(|token| Progress {
@@ -84,13 +93,14 @@ pub(crate) async fn call_tool(
             break;
         }
         if rounds == MAX_APPROVAL_ROUNDS {
-            let run_id = current.run_id.as_str().to_owned();
-            return Ok(with_run_id(
+            let spent = served_spent(&current.spend_report, &current.run_id);
+            return Ok(with_run(
                 error_result(format!(
                     "the call of '{tool}' still waits for approval after {MAX_APPROVAL_ROUNDS} \
                      answers, so it was not run again"
                 )),
-                run_id,
+                &current.run_id,
+                Some(spent),
             ));
         }
         let Some(suspended) = current.suspended.take() else {
@@ -124,10 +134,16 @@ pub(crate) async fn call_tool(
     }
     Ok(match run {
         Ok(run) => {
-            let run_id = run.run_id.as_str().to_owned();
-            with_run_id(answer(&tool, run), run_id)
+            let spent = served_spent(&run.spend_report, &run.run_id);
+            with_run(answer(&tool, run), &run_id, Some(spent))
         }
-        Err(error) => error_result(format!("the call of '{tool}' failed: {error}")),
+        // A failed run reports nothing; under a budget its root still
+        // knows what the runs under it spent.
+        Err(error) => with_run(
+            error_result(format!("the call of '{tool}' failed: {error}")),
+            &run_id,
+            root.map(|root| served_spent(&root.report(), &run_id)),
+        ),
     })
 }
 
@@ -144,14 +160,6 @@ async fn take_turn<'s>(
             .map(Some)
             .map_err(|_| ErrorData::internal_error("the server is shutting down", None)),
     }
-}
-
-/// Names the server's run of the call in the result's `_meta`.
-fn with_run_id(mut result: CallToolResult, run_id: String) -> CallToolResult {
-    let mut meta = serde_json::Map::new();
-    meta.insert(RUN_ID_META.to_owned(), serde_json::Value::from(run_id));
-    result.meta = Some(MetaObject(meta));
-    result
 }
 
 /// Reads a run's events while it runs (each segment of it, a resume

@@ -1,6 +1,7 @@
 //! The server: agents and tools served over MCP, each call a governed run.
 
 mod approval;
+mod budget;
 mod call;
 mod handler;
 mod http;
@@ -11,7 +12,7 @@ use std::time::Duration;
 
 use rmcp::ServiceExt;
 use rmcp::transport::async_rw::AsyncRwTransport;
-use tinyagents_core::RunLimits;
+use tinyagents_core::{PriceTable, RunLimits};
 use tinyagents_harness::{AgentHarness, AgentHarnessBuilder};
 use tinyagents_orchestrator::{AgentTool, SessionStore};
 use tinytools::Tool;
@@ -41,6 +42,15 @@ pub const DEFAULT_MAX_CONCURRENT_CALLS: usize = 64;
 /// is admitted, run and settled by the one enforced path. The client's
 /// `notifications/cancelled` cancels the run; the MCP session (and
 /// `conversation`) picks an agent's child session.
+///
+/// A call's tokens and money go back to a tinyagents client: the result's
+/// `_meta` says what the call's run spent ([`SPENT_META`](crate::SPENT_META)),
+/// and a budget in the request's `_meta` ([`BUDGET_META`](crate::BUDGET_META))
+/// caps the run from above, lowering the server's `max_tokens` and
+/// `max_cost` for that call (never raising them). A served agent whose
+/// model call that budget cannot afford stops as at any of its limits, and
+/// the call answers as it does then. The relay's own turns reserve and
+/// cost nothing.
 ///
 /// A call that needs a person's approval (the tool's spec, a policy, the
 /// gate) asks the MCP client, when it declared the `elicitation`
@@ -99,6 +109,9 @@ pub(crate) struct Served {
     /// How long the server waits for its client's answer to a request of
     /// its own (an approval).
     pub(crate) request_timeout: Duration,
+    /// The host's prices ([`McpServerBuilder::prices`]), for the root a
+    /// budget puts above a call's relay run.
+    pub(crate) prices: Option<Arc<PriceTable>>,
 }
 
 /// Builds an [`McpServer`].
@@ -112,6 +125,7 @@ pub struct McpServerBuilder {
     allowed_origins: Option<Vec<String>>,
     max_concurrent_calls: usize,
     request_timeout: Duration,
+    prices: Option<Arc<PriceTable>>,
 }
 
 impl std::fmt::Debug for McpServerBuilder {
@@ -129,12 +143,13 @@ impl McpServer {
             name: name.into(),
             version: env!("CARGO_PKG_VERSION").to_owned(),
             instructions: None,
-            harness: AgentHarness::builder(RelayModel),
+            harness: budget::relay_defaults(AgentHarness::builder(RelayModel)),
             session_stores: Vec::new(),
             allowed_hosts: None,
             allowed_origins: None,
             max_concurrent_calls: DEFAULT_MAX_CONCURRENT_CALLS,
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
+            prices: None,
         }
     }
 
@@ -282,9 +297,25 @@ impl McpServerBuilder {
         self
     }
 
+    /// Prices the model calls of each call's tree: a served agent's whose
+    /// own harness sets no prices (see `AgentHarnessBuilder::prices`), so
+    /// its cost is reported and a `max_cost` (the server's, or a client's
+    /// budget) binds it. Set them here rather than with
+    /// [`configure`](Self::configure), which would price the relay's own
+    /// turns as unknown and have them refused under a `max_cost`.
+    #[must_use]
+    pub fn prices(mut self, prices: impl Into<Arc<PriceTable>>) -> Self {
+        let prices = Arc::new(budget::with_relay(Arc::unwrap_or_clone(prices.into())));
+        self.harness = self.harness.prices(Arc::clone(&prices));
+        self.prices = Some(prices);
+        self
+    }
+
     /// Sets the rest of the harness every call runs in: its ledger,
     /// middleware, security gate, redaction, payload capture, detailed
-    /// errors.
+    /// errors. Leave its model options, prompt estimator and prices: they
+    /// are set so that the relay's turns reserve and cost nothing (prices
+    /// go through [`prices`](Self::prices)).
     #[must_use]
     pub fn configure(
         mut self,
@@ -330,6 +361,7 @@ impl McpServerBuilder {
                 allowed_origins: self.allowed_origins,
                 calls: tokio::sync::Semaphore::new(self.max_concurrent_calls),
                 request_timeout: self.request_timeout,
+                prices: self.prices,
             }),
         })
     }
