@@ -8,7 +8,7 @@ use std::time::Duration;
 use tinyagents::console::{CallTree, NodeKind, NodeState};
 use tinyagents::ledger::{LedgerRow, StartedRow, Timestamp};
 use tinyagents::prelude::*;
-use tinyagents::runs::{Ending, JournalEntry, NewRun, RunStore as _};
+use tinyagents::runs::{Ending, JournalEntry, NewRun, RecordStatus, RunStore as _};
 
 use crate::fixture::{Fixture, hold};
 
@@ -308,4 +308,97 @@ async fn the_run_page_draws_delegated_runs_from_the_journal_and_from_the_ledger_
         "p3's delegated run drawn"
     );
     assert!(body.contains("audit_lookup") && body.contains("agent researcher"));
+}
+
+/// Issue 33: a priced run's page shows each turn's cost beside its tokens,
+/// a run's own cost and, when it delegated, its tree's tokens and cost, and
+/// the record the tree's total with the calls left unpriced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_run_page_shows_each_turns_and_runs_cost_and_the_trees_total() {
+    let fx = Fixture::new().await;
+    let request = RunRequest::new("research");
+    let run = NewRun::new("planner", &request);
+    let id = run.run_id.clone();
+    fx.runs.create(run, Some(&hold())).await.unwrap();
+    let child = tinyagents::orchestrator::child_run_id(&id, &CallId::new("p1"));
+    let delegated = |event| AgentEvent::Delegated {
+        parent_call_id: CallId::new("p1"),
+        agent_id: AgentId::new("researcher"),
+        depth: 1,
+        event: Box::new(event),
+    };
+    let turn = |turn: u32, input: u64, cost: Option<&str>| AgentEvent::ModelCompleted {
+        turn,
+        usage: Usage::new(input, 100),
+        cost: cost.map(|c| c.parse().unwrap()),
+        duration_ms: 5,
+        tool_calls: 0,
+        content: None,
+    };
+    let spent = |input: u64, cost: &str, calls: u32, unpriced: u32| Spent {
+        usage: Usage::new(input, 100 * u64::from(calls)),
+        cost: cost.parse().unwrap(),
+        model_calls: calls,
+        unpriced_calls: unpriced,
+    };
+    let now = Timestamp::now();
+    let events = vec![
+        AgentEvent::RunStarted {
+            run_id: id.clone(),
+            agent_id: None,
+        },
+        AgentEvent::ModelStarted { turn: 1 },
+        turn(1, 900, Some("0.325")),
+        started("p1", None, "researcher"),
+        delegated(AgentEvent::RunStarted {
+            run_id: child.clone(),
+            agent_id: None,
+        }),
+        delegated(AgentEvent::ModelStarted { turn: 1 }),
+        delegated(turn(1, 400, None)),
+        delegated(AgentEvent::RunCompleted {
+            status: RunStatus::Completed,
+            usage: Usage::new(400, 100),
+            spent: spent(400, "0", 1, 1),
+        }),
+        completed("p1", "researcher"),
+        AgentEvent::ModelStarted { turn: 2 },
+        turn(2, 1_000, Some("0.35")),
+        AgentEvent::RunCompleted {
+            status: RunStatus::Completed,
+            usage: Usage::new(1_900, 200),
+            spent: spent(2_300, "0.675", 3, 1),
+        },
+    ];
+    let events: Vec<_> = events.into_iter().map(|e| (now, e)).collect();
+    assert!(fx.runs.append_journal(&id, 1, &events).await.unwrap());
+    let done = Ending::Ended {
+        status: RecordStatus::Completed,
+        final_text: "done".into(),
+        usage: Usage::new(1_900, 200),
+    };
+    assert!(fx.runs.end(&id, 1, &done).await.unwrap());
+
+    let journal = fx.runs.journal(&id, 0, 100).await.unwrap();
+    let tree = CallTree::build(&id, "planner", &journal, &[], false);
+    let top = &tree.nodes[0];
+    assert_eq!(top.cost, Some("0.675".parse().unwrap()), "its own turns");
+    assert_eq!(top.spent.unwrap().unpriced_calls, 1);
+    let researcher = tree
+        .nodes
+        .iter()
+        .find(|n| matches!(&n.kind, NodeKind::Run { run_id, .. } if *run_id == child))
+        .unwrap();
+    assert_eq!(researcher.cost, None, "nothing of it was priced");
+
+    let page = fx.get(&format!("/runs/{id}")).await;
+    assert_eq!(page.status, 200);
+    let body = &page.body;
+    for expected in [
+        r#"<dt>Cost</dt><dd><span class="cost" id="run-cost">0.675</span> (in the smallest unit of the price table's currency, with every run it delegated to; 1 model call(s) unpriced)</dd>"#,
+        r#"<span class="tokens">1000 tokens</span> <span class="cost" title="in the smallest unit of the price table's currency">cost 0.325</span>"#,
+        r#"<span class="tokens">2100 tokens</span> <span class="cost" title="in the smallest unit of the price table's currency">cost 0.675</span> <span class="tokens">tree 2600 tokens</span> <span class="cost" title="in the smallest unit of the price table's currency">tree cost 0.675</span>"#,
+    ] {
+        assert!(body.contains(expected), "no {expected} in {body}");
+    }
 }

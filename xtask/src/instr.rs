@@ -651,9 +651,17 @@ fn run_jobs(jobs: &[Job], dir: &Path, workers: usize) -> Vec<JobResult> {
 /// The workloads the CI gate checks against the baseline (the floor is
 /// added, as always): the loop's model-issued calls one at a time and in
 /// parallel, a nested call, the middleware stack and a call with the
-/// memory ledger: all in the agent-loop bench, so one release build (see
-/// docs/benchmarks.md, "The gate", for its time).
-pub(crate) const CI_WORKLOADS: [&str; 5] = ["seq", "par", "nested", "stack", "seq-ledger=50"];
+/// memory ledger, and `seq` under token and money caps (each model call's
+/// reservation, issue 33): all in the agent-loop bench, so one release
+/// build (see docs/benchmarks.md, "The gate", for its time).
+pub(crate) const CI_WORKLOADS: [&str; 6] = [
+    "seq",
+    "seq-budget",
+    "par",
+    "nested",
+    "stack",
+    "seq-ledger=50",
+];
 
 /// Callgrind runs per sample in the CI gate: the median of three, like
 /// the baseline's. Single runs of `nested` spread over 4 % (15,842 to

@@ -35,8 +35,8 @@ commands:
                  @modelcontextprotocol/server-everything, server-filesystem
                  and sdk into .tools/mcp), doc, examples (every example of
                  the facade, offline), interop (`interop phoenix`), sim,
-                 loom, instructions (`bench --instructions --check seq par
-                 nested stack seq-ledger=50`; installs Debian's valgrind
+                 loom, instructions (`bench --instructions --check seq
+                 seq-budget par nested stack seq-ledger=50`; installs Debian's valgrind
                  when missing), deny;
                  naming steps runs only those (`cargo xtask ci clippy tests`)
   bench [ARGS]   cargo bench --workspace over the bench targets; ARGS are

@@ -1,10 +1,10 @@
 //! Builds the agents an agents file declares: connects the MCP servers
 //! they use (once per process: [`Toolbox`]), then makes each agent
 //! (sub-agents first, exposed as tools of the agents that call them) with
-//! its model, tools, policies and limits, over the ledger a run writes
-//! through and the store's sessions. A stdio server's stderr goes to
-//! `mcp-NAME.log` in the store directory, so its log lines never break the
-//! live tree.
+//! its model, tools, policies, limits and the file's prices, over the
+//! ledger a run writes through and the store's sessions. A stdio server's
+//! stderr goes to `mcp-NAME.log` in the store directory, so its log lines
+//! never break the live tree.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use tinyagents::core::{ChatModel, PayloadCapture};
+use tinyagents::core::{ChatModel, LimitBehavior, PayloadCapture};
 use tinyagents::ledger::SharedLedger;
 use tinyagents::mcp::{McpClient, McpError, McpLock, RemoteServer, Trust};
 use tinyagents::middleware::{PlanModeMiddleware, ToolAllowlistMiddleware, ToolPolicyMiddleware};
@@ -90,14 +90,30 @@ impl Toolbox {
         ledger: SharedLedger,
         sessions: Arc<dyn SessionStore>,
     ) -> anyhow::Result<Agent> {
+        self.agent_and_warnings(loaded, ledger, sessions)
+            .map(|(agent, _)| agent)
+    }
+
+    /// [`agent`](Self::agent), with what the build let through that a
+    /// person should know of (each also a `Warning` on every run of the
+    /// agent it is about): a model without a price in a file that caps
+    /// money.
+    pub(crate) fn agent_and_warnings(
+        &self,
+        loaded: &Loaded,
+        ledger: SharedLedger,
+        sessions: Arc<dyn SessionStore>,
+    ) -> anyhow::Result<(Agent, Vec<String>)> {
         let mut context = Context {
             loaded,
             ledger,
             sessions,
             tools: &self.tools,
             built: BTreeMap::new(),
+            warnings: Vec::new(),
         };
-        context.agent(&loaded.main)
+        let agent = context.agent(&loaded.main)?;
+        Ok((agent, context.warnings))
     }
 
     /// Pins what each connected server lists now in a lock at `path`.
@@ -191,6 +207,7 @@ struct Context<'l> {
     sessions: Arc<dyn SessionStore>,
     tools: &'l BTreeMap<String, Arc<dyn Tool>>,
     built: BTreeMap<String, Agent>,
+    warnings: Vec<String>,
 }
 
 impl Context<'_> {
@@ -200,8 +217,10 @@ impl Context<'_> {
         let source = &loaded.source;
         let section = loaded.file.agents[id].get_ref();
         let key = format!("agents.{id}");
+        let model = self.model(id, section)?;
+        let model_name = model.name().to_owned();
         let mut builder = Agent::builder(id)
-            .model(self.model(id, section)?)
+            .model(model)
             .ledger(self.ledger.clone())
             .sessions(self.sessions.clone())
             .payload_capture(PayloadCapture {
@@ -249,10 +268,31 @@ impl Context<'_> {
         }
         builder = policies(loaded, &key, section, &names, builder)?;
         builder = limits(&section.limits, builder);
+        builder = self.prices(&key, &model_name, builder);
         let agent = builder
             .build()
             .with_context(|| format!("building agent '{id}' ([{key}])"))?;
         Ok(agent)
+    }
+
+    /// Gives the agent the file's prices; warns (on every run of it) when
+    /// the file caps money and its model has no price, since a capped
+    /// tree refuses the calls of a model it cannot price.
+    fn prices(&mut self, key: &str, model: &str, builder: AgentBuilder) -> AgentBuilder {
+        let Some(prices) = &self.loaded.prices else {
+            return builder;
+        };
+        let table = Arc::clone(prices);
+        let mut builder = builder.harness(move |harness| harness.prices(Arc::clone(&table)));
+        if self.loaded.caps_cost() && prices.price(model).is_none() {
+            let warning = format!(
+                "{key}: model '{model}' has no price in [prices]: under a max_cost its calls are \
+                 refused (add [prices.models.\"{model}\"])"
+            );
+            self.warnings.push(warning.clone());
+            builder = builder.harness(move |harness| harness.warning(warning.clone()));
+        }
+        builder
     }
 
     fn built_agent(&mut self, id: &str) -> anyhow::Result<&Agent> {
@@ -362,13 +402,19 @@ fn limits(limits: &LimitsSection, builder: AgentBuilder) -> AgentBuilder {
         max_model_calls,
         max_tool_calls,
         max_tokens,
+        ref max_cost,
         max_parallel_calls,
         wall_clock_secs,
         tool_timeout_secs,
         max_nested_depth,
         max_depth,
     } = *limits;
+    let max_cost = max_cost.as_ref().map(|cost| cost.get_ref().0);
     builder.map_limits(move |mut l| {
+        // A limit stops a run with what it has (exit code 4), as the
+        // command line documents; failing would offer a recovery that the
+        // limit would refuse again.
+        l = l.with_behavior(LimitBehavior::Stop);
         if let Some(n) = max_model_calls {
             l = l.with_max_model_calls(n);
         }
@@ -377,6 +423,9 @@ fn limits(limits: &LimitsSection, builder: AgentBuilder) -> AgentBuilder {
         }
         if let Some(n) = max_tokens {
             l = l.with_max_tokens(n);
+        }
+        if let Some(cost) = max_cost {
+            l = l.with_max_cost(cost);
         }
         if let Some(n) = max_parallel_calls {
             l = l.with_max_parallel_calls(n);

@@ -74,8 +74,18 @@ fn answer(step: &ScriptStep) -> ChatResponse {
                 .map(|c| (c.tool.as_str(), c.arguments.clone().unwrap_or_else(empty))),
         )
     };
-    if let Some(ScriptUsage { input, output }) = step.usage {
-        response.usage = Usage::new(input, output);
+    if let Some(ScriptUsage {
+        input,
+        output,
+        cached,
+        reasoning,
+    }) = step.usage
+    {
+        response.usage = Usage {
+            cached_input_tokens: cached,
+            reasoning_tokens: reasoning,
+            ..Usage::new(input, output)
+        };
     }
     response
 }

@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 
 use serde_json::Value;
-use tinyagents_core::{AgentEvent, CallId, RunId, RunStatus, ToolReplay, Usage};
+use tinyagents_core::{AgentEvent, CallId, Cost, RunId, RunStatus, Spent, ToolReplay, Usage};
 use tinyagents_ledger::{CallStatus, LedgerRow};
 use tinyagents_orchestrator::child_run_id;
 use tinyagents_runs::JournalEntry;
@@ -116,8 +116,15 @@ pub struct Node {
     pub started_ms: Option<u64>,
     /// How long it took.
     pub duration_ms: Option<u64>,
-    /// Tokens (a turn's, or a run's).
+    /// Tokens (a turn's, or a run's own model calls').
     pub usage: Option<Usage>,
+    /// Money, in the smallest unit of the harness's price table's
+    /// currency: a turn's cost, or the sum of a run's own priced turns';
+    /// `None` when nothing was priced.
+    pub cost: Option<Cost>,
+    /// A run's tokens and money with every run it delegated to, as its
+    /// last segment's end said.
+    pub spent: Option<Spent>,
     /// Arguments, as the run captured them (redacted); `None` when not
     /// captured.
     pub arguments: Option<Value>,
@@ -140,6 +147,8 @@ impl Node {
             started_ms,
             duration_ms: None,
             usage: None,
+            cost: None,
+            spent: None,
             arguments: None,
             output: None,
             progress: None,
@@ -405,6 +414,7 @@ impl Builder {
             AgentEvent::ModelDelta { .. } => {}
             AgentEvent::ModelCompleted {
                 usage,
+                cost,
                 duration_ms,
                 content,
                 ..
@@ -413,8 +423,13 @@ impl Builder {
                     let node = &mut self.nodes[turn];
                     node.state = NodeState::Done;
                     node.usage = Some(*usage);
+                    node.cost = *cost;
                     node.duration_ms = Some(*duration_ms);
                     node.output.clone_from(content);
+                }
+                if let Some(cost) = cost {
+                    let own = self.nodes[run].cost.get_or_insert(Cost::ZERO);
+                    *own += *cost;
                 }
             }
             AgentEvent::ToolStarted {
@@ -496,7 +511,11 @@ impl Builder {
             AgentEvent::RunFailed { error } => {
                 self.end_segment(run, NodeState::Failed(error.clone()), at);
             }
-            AgentEvent::RunCompleted { status, usage, .. } => {
+            AgentEvent::RunCompleted {
+                status,
+                usage,
+                spent,
+            } => {
                 let state = match status {
                     RunStatus::Completed | RunStatus::Terminated => NodeState::Done,
                     RunStatus::AwaitingApproval => {
@@ -504,13 +523,12 @@ impl Builder {
                     }
                     RunStatus::Cancelled => NodeState::Stopped("cancelled".to_owned()),
                     RunStatus::LimitReached(kind) => {
-                        NodeState::Stopped(format!("limit reached: {kind:?}"))
+                        NodeState::Stopped(format!("limit reached: {kind}"))
                     }
                 };
                 let node = &mut self.nodes[run];
-                let total = node.usage.get_or_insert_with(Usage::default);
-                total.input_tokens = total.input_tokens.saturating_add(usage.input_tokens);
-                total.output_tokens = total.output_tokens.saturating_add(usage.output_tokens);
+                node.spent = Some(*spent);
+                *node.usage.get_or_insert_with(Usage::default) += *usage;
                 self.end_segment(run, state, at);
             }
             AgentEvent::Delegated {

@@ -1,6 +1,6 @@
 //! `check`: an agents file read, its stores opened, its MCP servers
 //! started and its agents built, then stopped; says what the main agent
-//! has.
+//! has, the prices, and what the build warns of.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -30,13 +30,13 @@ pub(crate) async fn check(path: &Path, write_lock: bool, cli: &Cli) -> anyhow::R
     } else {
         Toolbox::connect(&loaded, &stores.logs).await?
     };
-    let built = toolbox.agent(
+    let built = toolbox.agent_and_warnings(
         &loaded,
         Arc::clone(&stores.ledger),
         Arc::clone(&stores.sessions),
     );
-    let main = match built {
-        Ok(main) => main,
+    let (main, warnings) = match built {
+        Ok(built) => built,
         Err(error) => {
             toolbox.close().await;
             return Err(error);
@@ -49,7 +49,21 @@ pub(crate) async fn check(path: &Path, write_lock: bool, cli: &Cli) -> anyhow::R
     for omitted in agent.omitted_tools(false) {
         out(&format!("not offered: {omitted:?}"));
     }
+    if let Some(prices) = &loaded.prices {
+        out(&format!(
+            "prices: {} model(s), in the smallest unit of {}",
+            prices.models.len(),
+            if prices.currency.is_empty() {
+                "an unnamed currency"
+            } else {
+                prices.currency.as_str()
+            }
+        ));
+    }
     out(&format!("store: {}", stores.place.shown()));
+    for warning in warnings {
+        eprintln!("warning: {warning}");
+    }
     toolbox.close().await;
     stores.close().await?;
     Ok(exit::OK)

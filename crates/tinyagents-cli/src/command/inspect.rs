@@ -11,6 +11,7 @@ use tinyagents::orchestrator::{ChatRole, SessionRecord, child_run_id, parent_of_
 use tinyagents::runs::{RecordStatus, RunEvent, RunQuery, RunRecord};
 
 use super::run::shown_status;
+use super::spending::RunSpending;
 use super::{BadInput, refusal};
 use crate::exit;
 use crate::store::{Place, Stores};
@@ -207,13 +208,14 @@ pub(crate) async fn show(
 
 /// What `show` prints of a run: its header, its whole call tree from the
 /// ledger (every segment, delegated runs under their calls), the calls of
-/// its last suspension with their decisions, earlier decisions, and its
-/// history.
+/// its last suspension with their decisions, what its runs and model
+/// turns spent (from its journal), earlier decisions, and its history.
 async fn picture(stores: &Stores, record: &RunRecord, json: bool) -> anyhow::Result<Vec<String>> {
     let id = &record.run_id;
     let state = stores.ledger.run_state(id).await?;
     let rows = tree_rows(stores.ledger.as_ref(), id).await?;
     let approvals = stores.runs.approvals(id).await.map_err(refusal)?;
+    let spending = RunSpending::read(stores, record).await?;
     if json {
         let mut lines: Vec<String> = rows
             .iter()
@@ -231,6 +233,8 @@ async fn picture(stores: &Stores, record: &RunRecord, json: bool) -> anyhow::Res
         lines.push(
             json!({"type": "run", "run_id": id, "status": shown_status(record),
                    "agent": record.agent, "epoch": record.epoch, "usage": record.usage,
+                   "spent": spending.total(),
+                   "currency": spending.currency(),
                    "ledger": ledger_state(state), "error": record.error})
             .to_string(),
         );
@@ -282,6 +286,7 @@ async fn picture(stores: &Stores, record: &RunRecord, json: bool) -> anyhow::Res
             call.call_id, call.tool, call.reason
         ));
     }
+    lines.extend(spending.lines());
     let decided: Vec<_> = approvals.iter().filter(|c| c.decision.is_some()).collect();
     if !decided.is_empty() {
         lines.push("decisions:".to_owned());

@@ -9,6 +9,7 @@ mod prompt;
 mod queue;
 mod run;
 mod segment;
+mod spending;
 mod worker;
 
 use std::io::IsTerminal as _;

@@ -53,7 +53,7 @@ pub(crate) async fn run(
         }
     };
     let interrupt = Interrupt::install();
-    let mut watch = Watch::new(how.mode);
+    let mut watch = Watch::new(how.mode).priced(currency(&loaded));
     if from_file {
         watch.note(&format!(
             "store: {} (pass --store {0} to approve, resume or show this run)",
@@ -248,7 +248,7 @@ async fn continue_run(
         }
     };
     let interrupt = Interrupt::install();
-    let mut watch = Watch::new(how.mode);
+    let mut watch = Watch::new(how.mode).priced(currency(loaded));
     let rows = super::inspect::tree_rows(stores.ledger.as_ref(), &record.run_id).await?;
     watch.seed(record.run_id.as_str(), &record.agent, &rows);
     let code = Runner {
@@ -323,6 +323,14 @@ async fn close(
     };
     telemetry::finish(telemetry).await;
     code
+}
+
+/// The currency the file's prices are in, when it has prices.
+pub(crate) fn currency(loaded: &Loaded) -> Option<&str> {
+    loaded
+        .prices
+        .as_deref()
+        .map(|table| table.currency.as_str())
 }
 
 /// Who holds a running run, as a person reads it.

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::json;
+use tinyagents::core::Spent;
 use tinyagents::harness::SuspendedRun;
 use tinyagents::ledger::SharedLedger;
 use tinyagents::orchestrator::{Agent, RunError, SessionScope};
@@ -26,7 +27,7 @@ use crate::exit;
 use crate::file::Loaded;
 use crate::signal::Interrupt;
 use crate::store::{Stores, person};
-use crate::view::{Mode, Watch, out};
+use crate::view::{Mode, Watch, out, spend};
 
 /// What a command needs to run a claimed run's segments.
 pub(crate) struct Runner<'a> {
@@ -275,19 +276,28 @@ impl Runner<'_> {
                 "status": status.as_str(),
                 "final_text": run.final_text,
                 "usage": run.usage,
+                "spent": run.budget.spent,
+                "currency": self.watch.currency(),
                 "pending": pending,
                 "exit_code": code,
             })
             .to_string());
             return code;
         }
+        // The run's own calls (its line of the spend report), then the
+        // tree's when it delegated.
+        let own = run.spend_report.first().map_or_else(
+            || Spent {
+                usage: run.usage,
+                ..Spent::default()
+            },
+            |line| line.own,
+        );
         out(&format!(
-            "run {} {} · {} tokens ({} in, {} out)",
+            "run {} {}{}",
             run.run_id,
             super::said(status),
-            run.usage.total(),
-            run.usage.input_tokens,
-            run.usage.output_tokens
+            spend::run(&own, Some(&run.budget.spent), self.watch.currency())
         ));
         if let Some(suspended) = &run.suspended {
             out(&format!(

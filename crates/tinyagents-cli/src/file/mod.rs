@@ -1,16 +1,22 @@
 //! Agents files: a TOML file declaring agents, their models, tools from
-//! MCP servers, sub-agents, policies, limits, the stores, capture and the
-//! OTLP endpoint. `load` reads and checks all that can be checked without
-//! starting anything; what needs the MCP servers' tool lists (tool names)
-//! is checked when the agents are built, against the same spans.
+//! MCP servers, sub-agents, policies, limits, prices, the stores, capture
+//! and the OTLP endpoint. `load` reads and checks all that can be checked
+//! without starting anything (the prices file too); what needs the MCP
+//! servers' tool lists (tool names) is checked when the agents are built,
+//! against the same spans.
 
 pub(crate) mod check;
 mod error;
+mod prices;
 mod schema;
 #[cfg(test)]
 mod tests;
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde::de::DeserializeOwned;
+use tinyagents::core::PriceTable;
 
 pub(crate) use error::{FileError, Source};
 pub(crate) use schema::{
@@ -29,6 +35,8 @@ pub(crate) struct Loaded {
     pub(crate) dir: PathBuf,
     /// The agent `run` runs.
     pub(crate) main: String,
+    /// Its prices (`[prices]`, `prices_file`), given to every agent.
+    pub(crate) prices: Option<Arc<PriceTable>>,
     /// The file as a run records it: its absolute path and the hash of
     /// its bytes.
     pub(crate) identity: tinyagents::runs::AgentsFile,
@@ -48,18 +56,30 @@ pub(crate) fn load(path: &Path) -> Result<Loaded, FileError> {
     let dir = absolute
         .parent()
         .map_or_else(|| PathBuf::from("."), Path::to_owned);
+    let prices = prices::price_table(&source, &file, &dir)?.map(Arc::new);
     Ok(Loaded {
         source,
         file,
         dir,
         main,
+        prices,
         identity,
     })
 }
 
-/// Parses the TOML into an [`AgentsFile`]; an error names the key path
-/// serde was at, the line and what was expected.
-fn parse(source: &Source) -> Result<AgentsFile, FileError> {
+impl Loaded {
+    /// Whether some agent caps money (`max_cost`).
+    pub(crate) fn caps_cost(&self) -> bool {
+        self.file
+            .agents
+            .values()
+            .any(|agent| agent.get_ref().limits.max_cost.is_some())
+    }
+}
+
+/// Parses the TOML (an [`AgentsFile`], a prices file); an error names the
+/// key path serde was at, the line and what was expected.
+fn parse<T: DeserializeOwned>(source: &Source) -> Result<T, FileError> {
     let deserializer = toml::de::Deserializer::parse(source.text())
         .map_err(|e| source.error(e.span(), "", e.message().to_owned()))?;
     serde_path_to_error::deserialize(deserializer).map_err(|e| {

@@ -4,7 +4,10 @@
 use std::collections::BTreeMap;
 
 use serde::Deserialize;
+use tinyagents::core::Cost;
 use toml::Spanned;
+
+use super::prices::{Amount, PricesSection};
 
 /// The whole file.
 #[derive(Debug, Deserialize)]
@@ -26,6 +29,14 @@ pub(crate) struct AgentsFile {
     /// MCP servers whose tools the agents may use, by name.
     #[serde(default)]
     pub(crate) mcp: BTreeMap<String, McpSection>,
+    /// The models' prices (the currency's smallest unit per million
+    /// tokens), over those of `prices_file`.
+    #[serde(default)]
+    pub(crate) prices: Option<Spanned<PricesSection>>,
+    /// A JSON or TOML file of prices, in the shape of `[prices]` (relative
+    /// to the agents file).
+    #[serde(default)]
+    pub(crate) prices_file: Option<Spanned<String>>,
     /// The agents, by id.
     #[serde(default)]
     pub(crate) agents: BTreeMap<String, Spanned<AgentSection>>,
@@ -214,6 +225,12 @@ pub(crate) struct ScriptUsage {
     pub(crate) input: u64,
     /// Completion tokens.
     pub(crate) output: u64,
+    /// Of the prompt tokens, those read from the provider's cache.
+    #[serde(default)]
+    pub(crate) cached: u64,
+    /// Of the completion tokens, those spent reasoning.
+    #[serde(default)]
+    pub(crate) reasoning: u64,
 }
 
 /// `[agents.ID.policy]`.
@@ -243,7 +260,7 @@ pub(crate) struct PolicySection {
 }
 
 /// `[agents.ID.limits]`.
-#[derive(Debug, Default, Clone, Copy, Deserialize)]
+#[derive(Debug, Default, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct LimitsSection {
     /// Model calls per run (40).
@@ -252,9 +269,13 @@ pub(crate) struct LimitsSection {
     /// Tool calls per run.
     #[serde(default)]
     pub(crate) max_tool_calls: Option<u32>,
-    /// Tokens per run.
+    /// Tokens of a run and the runs it delegates to.
     #[serde(default)]
     pub(crate) max_tokens: Option<u64>,
+    /// Money of a run and the runs it delegates to, in the smallest unit
+    /// of the prices' currency.
+    #[serde(default)]
+    pub(crate) max_cost: Option<Spanned<Amount<Cost>>>,
     /// Calls running at once.
     #[serde(default)]
     pub(crate) max_parallel_calls: Option<u32>,

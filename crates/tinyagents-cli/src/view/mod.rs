@@ -4,6 +4,8 @@
 
 mod live;
 mod render;
+pub(crate) mod spend;
+mod status;
 mod tree;
 
 #[cfg(test)]
@@ -16,7 +18,7 @@ use serde_json::json;
 use tinyagents::ledger::LedgerRow;
 use tinyagents::prelude::AgentEvent;
 
-pub(crate) use render::lines;
+pub(crate) use render::{lines, spend_lines};
 pub(crate) use tree::Tree;
 
 /// How a run is shown.
@@ -45,6 +47,18 @@ impl Watch {
             tree: Tree::new(),
             live: None,
         }
+    }
+
+    /// Shows money in `currency` (the agents' price table's code, empty
+    /// when it names none); `None`: the agents have no prices.
+    pub(crate) fn priced(mut self, currency: Option<&str>) -> Self {
+        self.tree.currency = currency.map(str::to_owned);
+        self
+    }
+
+    /// The price table's currency code, when money is shown.
+    pub(crate) fn currency(&self) -> Option<&str> {
+        self.tree.currency.as_deref()
     }
 
     /// How it shows.

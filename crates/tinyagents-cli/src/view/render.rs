@@ -1,11 +1,13 @@
 //! The tree as lines of text: two spaces of indent per level, a status
-//! mark (a spinner frame while running), what the node is, its time and
-//! tokens, a progress bar on a call that reports a fraction, the streamed
-//! text of a running turn, and why a call failed or waits.
+//! mark (a spinner frame while running), what the node is, its tokens and
+//! money (`spend.rs`), its time, a progress bar on a call that reports a
+//! fraction, the streamed text of a running turn, and why a call failed
+//! or waits; and, for `show`, the runs and turns alone with their spend.
 
 use std::time::{Duration, Instant};
 
-use super::tree::{Kind, Node, Status, Tree};
+use super::spend;
+use super::tree::{Kind, Node, NodeId, Status, Tree};
 
 const SPINNER: [&str; 10] = ["⠋", "⠙", "⠹", "⠸", "⠼", "⠴", "⠦", "⠧", "⠇", "⠏"];
 
@@ -17,11 +19,58 @@ const BAR: usize = 20;
 pub(crate) fn lines(tree: &Tree, now: Instant, frame: Option<usize>) -> Vec<String> {
     tree.walk()
         .into_iter()
-        .map(|(id, depth)| line(&tree.nodes()[id], depth, now, frame))
+        .map(|(id, depth)| line(tree, id, depth, now, frame))
         .collect()
 }
 
-fn line(node: &Node, depth: usize, now: Instant, frame: Option<usize>) -> String {
+/// The runs and model turns of the tree with what each spent, without
+/// the calls (a delegated run under the turn whose call started it) and
+/// without status or time: what `show` prints of a run's journal.
+pub(crate) fn spend_lines(tree: &Tree) -> Vec<String> {
+    let nodes = tree.nodes();
+    let mut lines = Vec::new();
+    for (id, _) in tree.walk() {
+        let node = &nodes[id];
+        let depth = std::iter::successors(node.parent, |&p| nodes[p].parent)
+            .filter(|&p| !matches!(nodes[p].kind, Kind::Call { .. }))
+            .count();
+        let indent = "  ".repeat(depth);
+        match &node.kind {
+            Kind::Run { .. } | Kind::Turn { .. } => {
+                lines.push(format!("{indent}{}{}", what(node), spent(tree, id)));
+            }
+            Kind::Call { .. } => {}
+        }
+    }
+    lines
+}
+
+/// What a node is: `agent A · run R`, `turn 2`, `p1 tool`.
+fn what(node: &Node) -> String {
+    match &node.kind {
+        Kind::Run { run_id, agent } => format!("agent {agent} · run {run_id}"),
+        Kind::Turn { turn } => format!("turn {turn}"),
+        Kind::Call { call_id, tool } => format!("{call_id} {tool}"),
+    }
+}
+
+/// What a run or a turn spent, as ` · …` parts (nothing for a call).
+fn spent(tree: &Tree, id: NodeId) -> String {
+    let node = &tree.nodes()[id];
+    let currency = tree.currency.as_deref();
+    match &node.kind {
+        Kind::Run { .. } => spend::run(&tree.own_spent(id), node.tree_spent.as_ref(), currency),
+        Kind::Turn { .. } if node.model_calls > 0 => spend::turn(
+            &node.usage,
+            (node.unpriced_calls == 0).then_some(node.cost),
+            currency,
+        ),
+        Kind::Turn { .. } | Kind::Call { .. } => String::new(),
+    }
+}
+
+fn line(tree: &Tree, id: NodeId, depth: usize, now: Instant, frame: Option<usize>) -> String {
+    let node = &tree.nodes()[id];
     let mark = match &node.status {
         Status::Running => frame.map_or("…", |f| SPINNER[f % SPINNER.len()]),
         Status::Done => "✓",
@@ -32,18 +81,12 @@ fn line(node: &Node, depth: usize, now: Instant, frame: Option<usize>) -> String
     let elapsed = node
         .elapsed
         .unwrap_or_else(|| now.saturating_duration_since(node.started));
-    let mut text = format!("{}{mark} ", "  ".repeat(depth));
-    match &node.kind {
-        Kind::Run { run_id, agent } => {
-            text.push_str(&format!("agent {agent} · run {run_id}"));
-            push_tokens(&mut text, node);
-        }
-        Kind::Turn { turn } => {
-            text.push_str(&format!("turn {turn}"));
-            push_tokens(&mut text, node);
-        }
-        Kind::Call { call_id, tool } => text.push_str(&format!("{call_id} {tool}")),
-    }
+    let mut text = format!(
+        "{}{mark} {}{}",
+        "  ".repeat(depth),
+        what(node),
+        spent(tree, id)
+    );
     if !matches!(node.status, Status::Waiting(_)) || node.elapsed.is_some() {
         text.push_str(&format!(" · {}", seconds(elapsed)));
     }
@@ -70,17 +113,6 @@ fn line(node: &Node, depth: usize, now: Instant, frame: Option<usize>) -> String
         Status::Running | Status::Done => {}
     }
     text
-}
-
-fn push_tokens(text: &mut String, node: &Node) {
-    if node.usage.total() > 0 {
-        text.push_str(&format!(
-            " · {} tokens ({} in, {} out)",
-            node.usage.total(),
-            node.usage.input_tokens,
-            node.usage.output_tokens
-        ));
-    }
 }
 
 fn bar(fraction: f32) -> String {

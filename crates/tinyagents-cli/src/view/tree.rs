@@ -1,13 +1,18 @@
 //! The call tree of a run, built from its events: the run, its model turns,
 //! the calls each turn issued, nested calls under the call that made them,
 //! and a delegated agent's run under the call that started it, with status,
-//! time and tokens. Pure: the live view and the final print both render it.
+//! time, tokens and money (a run's own and its tree's). Pure: the live
+//! view, the final print and `show` (from the run's journal) render it.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use tinyagents::ledger::{CallStatus, LedgerRow};
+use tinyagents::core::{Cost, Spent};
+use tinyagents::ledger::LedgerRow;
 use tinyagents::prelude::{AgentEvent, RunStatus, Usage};
+
+pub(crate) use super::status::Status;
+use super::status::{limit_said, run_status, seeded_status};
 
 /// Where a node is in the tree.
 pub(crate) type NodeId = usize;
@@ -36,21 +41,6 @@ pub(crate) enum Kind {
     },
 }
 
-/// How a node stands.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) enum Status {
-    /// Still going.
-    Running,
-    /// Ended well.
-    Done,
-    /// Ended with an error (the text) or the tool's own error result.
-    Failed(String),
-    /// Waits for a person (the reason).
-    Waiting(String),
-    /// Cancelled, or ended by a limit (what).
-    Stopped(String),
-}
-
 /// One line of the tree.
 #[derive(Debug, Clone)]
 pub(crate) struct Node {
@@ -66,8 +56,18 @@ pub(crate) struct Node {
     pub(crate) started: Instant,
     /// How long it took, once ended.
     pub(crate) elapsed: Option<Duration>,
-    /// Tokens (a turn's, or a run's total).
+    /// Tokens (a turn's, or a run's own model calls').
     pub(crate) usage: Usage,
+    /// Money (a turn's, or the sum of a run's own priced turns').
+    pub(crate) cost: Cost,
+    /// Model calls ended (a turn's one, a run's own).
+    pub(crate) model_calls: u32,
+    /// Of those, the calls whose model has no price.
+    pub(crate) unpriced_calls: u32,
+    /// A run's spend with every run it delegated to, once it ended.
+    pub(crate) tree_spent: Option<Spent>,
+    /// What a limit that stopped a run said.
+    pub(crate) limit: Option<String>,
     /// The last progress report: fraction and message.
     pub(crate) progress: Option<(Option<f32>, String)>,
     /// Streamed text of a running turn (its tail).
@@ -85,6 +85,9 @@ pub(crate) struct Tree {
     turns: HashMap<Vec<String>, NodeId>,
     /// Warnings, in order.
     pub(crate) warnings: Vec<String>,
+    /// The price table's currency code, when the run's agents have prices
+    /// (empty when the table names none): money is shown only then.
+    pub(crate) currency: Option<String>,
 }
 
 impl Tree {
@@ -96,6 +99,26 @@ impl Tree {
     /// The nodes (index = [`NodeId`]).
     pub(crate) fn nodes(&self) -> &[Node] {
         &self.nodes
+    }
+
+    /// What node `id` spent itself, as one [`Spent`].
+    pub(crate) fn own_spent(&self, id: NodeId) -> Spent {
+        let node = &self.nodes[id];
+        Spent {
+            usage: node.usage,
+            cost: node.cost,
+            model_calls: node.model_calls,
+            unpriced_calls: node.unpriced_calls,
+        }
+    }
+
+    /// Whether some model call of the tree was priced.
+    pub(crate) fn saw_cost(&self) -> bool {
+        self.nodes.iter().any(|n| {
+            n.model_calls > n.unpriced_calls
+                || n.tree_spent
+                    .is_some_and(|s| s.model_calls > s.unpriced_calls)
+        })
     }
 
     /// Takes in one event of the top run.
@@ -160,18 +183,27 @@ impl Tree {
             AgentEvent::ModelCompleted {
                 turn,
                 usage,
+                cost,
                 duration_ms,
                 ..
             } => {
+                let unpriced = u32::from(cost.is_none());
                 if let Some(id) = self.find(scope, &format!("turn:{turn}")) {
                     let node = &mut self.nodes[id];
                     node.status = Status::Done;
                     node.usage = *usage;
+                    node.cost = cost.unwrap_or_default();
+                    node.model_calls = 1;
+                    node.unpriced_calls = unpriced;
                     node.elapsed = Some(Duration::from_millis(*duration_ms));
                     node.text.clear();
                 }
                 if let Some(run) = self.run_of(scope) {
-                    self.nodes[run].usage += *usage;
+                    let node = &mut self.nodes[run];
+                    node.usage += *usage;
+                    node.cost += cost.unwrap_or_default();
+                    node.model_calls += 1;
+                    node.unpriced_calls += unpriced;
                 }
             }
             AgentEvent::ToolStarted {
@@ -261,15 +293,33 @@ impl Tree {
                 self.nodes[id].status = Status::Waiting(reason.clone());
             }
             AgentEvent::Warning { message } => self.warnings.push(message.clone()),
+            AgentEvent::LimitReached { kind, limit, used } => {
+                if let Some(run) = self.run_of(scope) {
+                    let said = limit_said(*kind, *limit, *used, self.currency.as_deref());
+                    self.nodes[run].limit = Some(said);
+                }
+            }
             AgentEvent::RunFailed { error } => {
                 if let Some(run) = self.run_of(scope) {
                     self.end(run, Status::Failed(error.clone()), now);
                 }
             }
-            AgentEvent::RunCompleted { status, usage, .. } => {
+            AgentEvent::RunCompleted {
+                status,
+                usage,
+                spent,
+            } => {
                 if let Some(run) = self.run_of(scope) {
-                    self.nodes[run].usage = *usage;
-                    self.end(run, run_status(*status), now);
+                    let node = &mut self.nodes[run];
+                    node.usage = *usage;
+                    node.tree_spent = Some(*spent);
+                    let status = match (status, node.limit.take()) {
+                        (RunStatus::LimitReached(_), Some(said)) => {
+                            Status::Stopped(format!("limit reached: {said}"))
+                        }
+                        _ => run_status(*status),
+                    };
+                    self.end(run, status, now);
                 }
             }
             _ => {}
@@ -293,6 +343,11 @@ impl Tree {
             started: now,
             elapsed: None,
             usage: Usage::default(),
+            cost: Cost::ZERO,
+            model_calls: 0,
+            unpriced_calls: 0,
+            tree_spent: None,
+            limit: None,
             progress: None,
             text: String::new(),
         });
@@ -418,32 +473,4 @@ fn scope_of(top: &str, run: &str) -> Option<Vec<String>> {
             .map(str::to_owned)
             .collect(),
     )
-}
-
-/// How a call's ledger row shows in the tree.
-fn seeded_status(row: &LedgerRow) -> Status {
-    let content = || {
-        row.result
-            .as_ref()
-            .map(|r| r.content.clone())
-            .unwrap_or_default()
-    };
-    match row.status {
-        CallStatus::Started => Status::Stopped("in doubt".to_owned()),
-        CallStatus::Deferred => Status::Waiting(content()),
-        CallStatus::Completed if row.result.as_ref().is_some_and(|r| r.is_error) => {
-            Status::Failed(content())
-        }
-        CallStatus::Completed => Status::Done,
-        CallStatus::Failed | CallStatus::Interrupted => Status::Failed(content()),
-    }
-}
-
-fn run_status(status: RunStatus) -> Status {
-    match status {
-        RunStatus::Completed | RunStatus::Terminated => Status::Done,
-        RunStatus::AwaitingApproval => Status::Waiting("awaiting approval".to_owned()),
-        RunStatus::Cancelled => Status::Stopped("cancelled".to_owned()),
-        RunStatus::LimitReached(kind) => Status::Stopped(format!("limit reached: {kind:?}")),
-    }
 }

@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 
 use axum::extract::Path;
 use axum::response::Html;
-use tinyagents_core::{RunId, ToolReplay};
+use tinyagents_core::{RunId, Spent, ToolReplay};
 use tinyagents_orchestrator::child_run_id;
 use tinyagents_runs::{HistoryEntry, JournalEntry, RecordStatus, RunEvent, RunRecord, WaitingCall};
 
@@ -139,6 +139,9 @@ pub(crate) async fn page(state: Shared, Path(run): Path<String>) -> PageResult {
         record.usage.output_tokens,
         record.epoch
     );
+    if let Some(spent) = tree.nodes.first().and_then(|top| top.spent) {
+        cost_fact(&spent, &mut body);
+    }
     if let Some(holder) = &record.holder {
         let _ = write!(
             body,
@@ -443,6 +446,50 @@ fn facts(n: &Node, body: &mut String) {
             usage.total()
         );
     }
+    if let Some(cost) = n.cost {
+        let _ = write!(
+            body,
+            r#" <span class="cost" title="{SMALLEST_UNIT}">cost {cost}</span>"#
+        );
+    }
+    // A run that delegated: its tree's total beside its own.
+    if let Some(spent) = n
+        .spent
+        .filter(|s| Some(s.usage) != n.usage || s.cost != n.cost.unwrap_or_default())
+    {
+        let _ = write!(
+            body,
+            r#" <span class="tokens">tree {} tokens</span>"#,
+            spent.usage.total()
+        );
+        if spent.model_calls > spent.unpriced_calls {
+            let _ = write!(
+                body,
+                r#" <span class="cost" title="{SMALLEST_UNIT}">tree cost {}</span>"#,
+                spent.cost
+            );
+        }
+    }
+}
+
+/// What a cost is in, said where one is shown.
+const SMALLEST_UNIT: &str = "in the smallest unit of the price table's currency";
+
+/// The record's `Cost`: what the run and every run under it spent, when
+/// some call was priced, with the calls that were not.
+fn cost_fact(spent: &Spent, body: &mut String) {
+    if spent.model_calls <= spent.unpriced_calls {
+        return;
+    }
+    let _ = write!(
+        body,
+        r#"<dt>Cost</dt><dd><span class="cost" id="run-cost">{}</span> ({SMALLEST_UNIT}, with every run it delegated to"#,
+        spent.cost
+    );
+    if spent.unpriced_calls > 0 {
+        let _ = write!(body, "; {} model call(s) unpriced", spent.unpriced_calls);
+    }
+    body.push_str(")</dd>");
 }
 
 fn detail(n: &Node, body: &mut String) {
