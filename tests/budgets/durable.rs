@@ -191,8 +191,8 @@ async fn a_recovered_tree_keeps_what_its_abandoned_child_had_spent() {
     assert_eq!(run.status, RunStatus::Completed);
     assert_eq!(run.budget.spent.cost, "0.14".parse().unwrap());
     assert_eq!(run.budget.spent.model_calls, 3);
-    let helper = run
-        .spend_report
+    let report = run.spend_report();
+    let helper = report
         .iter()
         .find(|line| line.run_id == RunId::new("top::p1"))
         .expect("the abandoned child has its line");

@@ -64,7 +64,7 @@ async fn stops_before_the_crossing_call(origin: Origin) {
     assert_eq!((spent.model_calls, spent.unpriced_calls), (6, 0));
     assert_eq!(run.budget.tokens, 140);
     // The report: the coordinator's own four calls, then each helper run.
-    let report = &run.spend_report;
+    let report = &run.spend_report();
     assert_eq!(report.len(), 4, "{report:#?}");
     assert_eq!(report[0].run_id, run.run_id);
     assert_eq!(report[0].own.cost, cost_of(0, 40));

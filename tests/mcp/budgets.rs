@@ -154,7 +154,7 @@ async fn a_served_agents_usage_and_cost_reach_the_callers_budget_and_report() {
 
     assert_eq!(run.budget.spent, spent(150, 35, 3));
     assert_eq!(
-        run.spend_report,
+        run.spend_report(),
         vec![
             RunSpend {
                 run_id: run.run_id.clone(),
@@ -210,7 +210,7 @@ async fn a_served_agents_spend_past_the_callers_max_tokens_refuses_its_next_mode
     assert_eq!(run.budget.spent, spent(510, 52, 2));
     let meta = &run.tool_metadata(&CallId::new("p1")).unwrap()["mcp_meta"];
     assert_eq!(
-        run.spend_report[1],
+        run.spend_report()[1],
         RunSpend {
             run_id: RunId::new(meta[RUN_ID_META].as_str().unwrap()),
             agent: Some(AgentId::new("served_billing")),
@@ -219,7 +219,7 @@ async fn a_served_agents_spend_past_the_callers_max_tokens_refuses_its_next_mode
             total: spent(500, 50, 1),
         }
     );
-    assert_eq!(run.spend_report.len(), 2);
+    assert_eq!(run.spend_report().len(), 2);
 
     let (model, failing) = caller(&client, script(), capped);
     let error = failing.run("refund inv-7").await.unwrap_err();
@@ -265,7 +265,7 @@ async fn the_budget_left_goes_down_the_wire_and_stops_the_served_agents_model_ca
     assert!(is_error, "{text}");
     assert!(text.contains("limit 88, used 0"), "{text}");
     assert_eq!(run.budget.spent, spent(20, 4, 2));
-    assert_eq!(run.spend_report.len(), 1, "{:?}", run.spend_report);
+    assert_eq!(run.spend_report().len(), 1, "{:?}", run.spend_report());
 
     let own_cap = billing(&Arc::new(ScriptedModel::new([]).named(MODEL)), |agent| {
         agent.limits(RunLimits::default().with_max_tokens(88))
@@ -332,7 +332,7 @@ async fn a_spent_meta_the_client_cannot_read_is_ignored_with_a_warning_and_the_a
         Some(("found".to_owned(), false))
     );
     assert_eq!(run.budget.spent, spent(20, 4, 2));
-    assert_eq!(run.spend_report.len(), 1, "{:?}", run.spend_report);
+    assert_eq!(run.spend_report().len(), 1, "{:?}", run.spend_report());
     let warned = warnings.texts();
     assert!(
         warned
@@ -372,7 +372,7 @@ async fn a_spend_without_a_readable_run_id_is_recorded_under_the_calls_child_run
         );
         assert_eq!(run.budget.spent, spent(60, 8, 3));
         assert_eq!(
-            run.spend_report[1],
+            run.spend_report()[1],
             RunSpend {
                 run_id: child_run_id(&run.run_id, &CallId::new("p1")),
                 agent: Some(AgentId::new("odd_lookup")),

@@ -292,7 +292,12 @@ async fn chat_and_invoke_agent_spans_carry_cost_and_cache_and_reasoning_tokens_w
             ("tinyagents.usage.reasoning_tokens", "60"),
             ("tinyagents.cost", "1"),
         ] {
-            assert_eq!(attr(span, key).as_deref(), Some(value), "{} {key}", span.name);
+            assert_eq!(
+                attr(span, key).as_deref(),
+                Some(value),
+                "{} {key}",
+                span.name
+            );
         }
     }
     let root = one(&spans, "invoke_agent priced");

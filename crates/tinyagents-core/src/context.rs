@@ -84,6 +84,17 @@ impl RunContext {
             Spent::default(),
             None,
         );
+        Self::with_budget(run_id, limits, tracker, spend)
+    }
+
+    /// A context that spends calls from `tracker` and tokens and money
+    /// from `spend` (its node of a tree).
+    pub fn with_budget(
+        run_id: RunId,
+        limits: RunLimits,
+        tracker: Arc<LimitTracker>,
+        spend: Spend,
+    ) -> Self {
         Self {
             run_id,
             agent_id: None,

@@ -307,10 +307,9 @@ pub struct AgentRun {
     /// What the run spent: its calls, and (`budget.spent`) the tokens and
     /// money of it and every run it delegated to.
     pub budget: BudgetCounts,
-    /// Per run of the tree under this one (this run first, then each run
-    /// it delegated to, at any depth, in the order they started): what it
-    /// spent itself and with the runs under it.
-    pub spend_report: Vec<RunSpend>,
+    /// The run's node of its tree's tokens and money
+    /// ([`spend_report`](Self::spend_report) reads it).
+    pub spend: Spend,
     pub(crate) tool_metadata: HashMap<CallId, Value>,
     /// The state to resume from, when the run waits for approval.
     pub suspended: Option<SuspendedRun>,
@@ -320,6 +319,14 @@ pub struct AgentRun {
 }
 
 impl AgentRun {
+    /// Per run of the tree under this one (this run first, then each run
+    /// it delegated to, at any depth, in the order they started): what it
+    /// spent itself and with the runs under it. Read from the tree when
+    /// asked, so a run that ends allocates nothing for it.
+    pub fn spend_report(&self) -> Vec<RunSpend> {
+        self.spend.report()
+    }
+
     /// The host-only metadata of a call's result.
     pub fn tool_metadata(&self, call_id: &CallId) -> Option<&Value> {
         self.tool_metadata.get(call_id)

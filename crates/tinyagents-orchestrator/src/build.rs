@@ -130,7 +130,10 @@ macro_rules! governance_setters {
         /// `max_cost` in the limits or an agent's
         /// [`budget`](crate::AgentDefinition::budget) binds.
         #[must_use]
-        pub fn prices(mut self, prices: impl Into<std::sync::Arc<tinyagents_core::PriceTable>>) -> Self {
+        pub fn prices(
+            mut self,
+            prices: impl Into<std::sync::Arc<tinyagents_core::PriceTable>>,
+        ) -> Self {
             self.governance.prices = Some(prices.into());
             self
         }

@@ -145,9 +145,9 @@ pub mod prelude {
 
     pub use tinyagents_core::{
         AgentEvent, AgentId, CallId, ChatModel, ChatResponse, Cost, IdempotencyKey, LimitBehavior,
-        LimitKind, Message, ModelOptions, ModelPrice, PayloadCapture, PriceTable, RunId,
-        RunLimits, RunStatus, SpendCaps, Spent, TinyAgentsError, ToolCall, ToolControl,
-        ToolReplay, ToolResult, Usage,
+        LimitKind, Message, ModelOptions, ModelPrice, PayloadCapture, PriceTable, RunId, RunLimits,
+        RunStatus, SpendCaps, Spent, TinyAgentsError, ToolCall, ToolControl, ToolReplay,
+        ToolResult, Usage,
     };
     pub use tinyagents_harness::{
         AgentHarness, AgentRun, ApprovalDecision, EventSink, PendingCall, ResumeOptions, RunHandle,

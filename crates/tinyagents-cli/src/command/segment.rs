@@ -10,7 +10,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::json;
-use tinyagents::core::Spent;
 use tinyagents::harness::SuspendedRun;
 use tinyagents::ledger::SharedLedger;
 use tinyagents::orchestrator::{Agent, RunError, SessionScope};
@@ -286,13 +285,7 @@ impl Runner<'_> {
         }
         // The run's own calls (its line of the spend report), then the
         // tree's when it delegated.
-        let own = run.spend_report.first().map_or_else(
-            || Spent {
-                usage: run.usage,
-                ..Spent::default()
-            },
-            |line| line.own,
-        );
+        let own = run.spend.own();
         out(&format!(
             "run {} {}{}",
             run.run_id,

@@ -216,7 +216,7 @@ impl AgentHarness {
             saved.budget.spent(),
             self.pricing.prices.clone(),
         );
-        let mut ctx = RunContext::with_tracker(saved.run_id, limits, tracker).with_spend(spend);
+        let mut ctx = RunContext::with_budget(saved.run_id, limits, tracker, spend);
         if let Some(token) = options.cancel {
             ctx = ctx.with_cancellation(token);
         }

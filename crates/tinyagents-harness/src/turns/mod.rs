@@ -26,8 +26,9 @@ use tokio::time::Instant;
 
 use serde_json::Value;
 use tinyagents_core::{
-    AgentEvent, CallId, ChatRequest, ChatResponse, LimitBehavior, Message, ModelDelta,
-    ModelOptions, RunContext, RunId, RunStatus, Spend, SpendCaps, Spent, State, TinyAgentsError,
+    AgentEvent, CallId, ChatRequest, ChatResponse, LimitBehavior, LimitTracker, Message,
+    ModelDelta, ModelOptions, RunContext, RunId, RunStatus, Spend, SpendCaps, Spent, State,
+    TinyAgentsError,
 };
 use tinyagents_middleware::{Hook, OutputVerdict};
 use tracing::Instrument;
@@ -205,11 +206,10 @@ impl AgentHarness {
                 self.pricing.prices.clone(),
             ),
         };
-        let mut ctx = match request.tracker {
-            Some(tracker) => RunContext::with_tracker(run_id, limits, tracker),
-            None => RunContext::new(run_id, limits),
-        }
-        .with_spend(spend);
+        let tracker = request
+            .tracker
+            .unwrap_or_else(|| Arc::new(LimitTracker::new(&limits)));
+        let mut ctx = RunContext::with_budget(run_id, limits, tracker, spend);
         if let Some(token) = request.cancel {
             ctx = ctx.with_cancellation(token);
         }
@@ -403,7 +403,7 @@ impl Run<'_> {
                 return Err(error);
             }
         };
-        let cost = held.settle(self.ctx.spend(), response.usage);
+        let cost = held.settle(self.ctx.spend(), self.model_price(), response.usage);
         let capture = self.ctx.capture.model_io;
         trace::chat_answered(&span, &response, cost, capture, redaction);
         events
@@ -496,14 +496,14 @@ impl Run<'_> {
         if status != RunStatus::AwaitingApproval {
             self.finish_in_ledger().await;
         }
-        let usage = self.state.usage;
-        let budget = self.ctx.budget();
-        let spent = budget.spent;
+        // Read where they are used: nothing of them is held across the
+        // emit (a run's future is copied whole into a delegating call's).
+        let (usage, spend) = (self.state.usage, self.ctx.spend());
         self.sink()
             .emit(|| AgentEvent::RunCompleted {
                 status,
                 usage,
-                spent,
+                spent: spend.total(),
             })
             .await;
         AgentRun {
@@ -512,8 +512,8 @@ impl Run<'_> {
             final_text,
             messages: std::mem::take(&mut self.state.messages),
             usage: self.state.usage,
-            budget,
-            spend_report: self.ctx.spend().report(),
+            budget: self.ctx.budget(),
+            spend: self.ctx.spend().clone(),
             tool_metadata: std::mem::take(&mut self.metadata),
             suspended: None,
             properties: Arc::clone(&self.ctx.properties),

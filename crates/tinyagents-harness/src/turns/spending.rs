@@ -23,11 +23,10 @@ pub(crate) struct PromptTally {
     bytes: u64,
 }
 
-/// A model call's reservation and the price it was made at.
+/// A model call's reservation.
 pub(crate) struct HeldCall {
     /// `None` when nothing caps the tree: there is nothing to hold.
     reservation: Option<Reservation>,
-    price: Option<ModelPrice>,
 }
 
 impl Run<'_> {
@@ -36,22 +35,10 @@ impl Run<'_> {
     /// without a price: its cost could not be bounded.
     pub(crate) fn reserve_model_call(&mut self) -> Result<HeldCall, TinyAgentsError> {
         let spend = self.ctx.spend();
-        // The model's name is looked up only when there is a table to
-        // look it up in.
-        let price = self
-            .harness
-            .pricing
-            .prices
-            .as_ref()
-            .or(spend.prices())
-            .and_then(|table| table.price(self.model_name()))
-            .copied();
         if !spend.is_capped() {
-            return Ok(HeldCall {
-                reservation: None,
-                price,
-            });
+            return Ok(HeldCall { reservation: None });
         }
+        let price = self.model_price();
         if price.is_none() && spend.caps_cost() {
             return Err(TinyAgentsError::ModelUnpriced {
                 model: self.model_name().to_owned(),
@@ -70,8 +57,21 @@ impl Run<'_> {
             .reserve(input.saturating_add(output), cost)?;
         Ok(HeldCall {
             reservation: Some(reservation),
-            price,
         })
+    }
+
+    /// The price of this run's model: the harness's table, else its tree's.
+    /// The model's name is looked up only when there is a table to look it
+    /// up in. Looked up again when a call is settled, so that nothing of it
+    /// is held across the call.
+    pub(crate) fn model_price(&self) -> Option<ModelPrice> {
+        self.harness
+            .pricing
+            .prices
+            .as_ref()
+            .or(self.ctx.spend().prices())
+            .and_then(|table| table.price(self.model_name()))
+            .copied()
     }
 
     /// The model name prices are looked up by: the options' override, or
@@ -117,8 +117,13 @@ impl Run<'_> {
 impl HeldCall {
     /// Spends what the call used, at its price, and gives back the rest of
     /// the reservation; returns the call's cost (`None`: unpriced).
-    pub(crate) fn settle(self, spend: &Spend, usage: Usage) -> Option<Cost> {
-        let cost = self.price.map(|price| price.cost(&usage));
+    pub(crate) fn settle(
+        self,
+        spend: &Spend,
+        price: Option<ModelPrice>,
+        usage: Usage,
+    ) -> Option<Cost> {
+        let cost = price.map(|price| price.cost(&usage));
         let spent = Spent::call(usage, cost);
         match self.reservation {
             Some(reservation) => reservation.settle(&spent),

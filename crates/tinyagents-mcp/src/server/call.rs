@@ -93,7 +93,7 @@ pub(crate) async fn call_tool(
             break;
         }
         if rounds == MAX_APPROVAL_ROUNDS {
-            let spent = served_spent(&current.spend_report, &current.run_id);
+            let spent = served_spent(&current.spend_report(), &current.run_id);
             return Ok(with_run(
                 error_result(format!(
                     "the call of '{tool}' still waits for approval after {MAX_APPROVAL_ROUNDS} \
@@ -134,7 +134,7 @@ pub(crate) async fn call_tool(
     }
     Ok(match run {
         Ok(run) => {
-            let spent = served_spent(&run.spend_report, &run.run_id);
+            let spent = served_spent(&run.spend_report(), &run.run_id);
             with_run(answer(&tool, run), &run_id, Some(spent))
         }
         // A failed run reports nothing; under a budget its root still
