@@ -262,28 +262,8 @@ impl Spend {
     /// held before this ask; the limit less `used` is what was left).
     pub fn reserve(&self, tokens: u64, cost: Cost) -> Result<Reservation, TinyAgentsError> {
         let mut nodes = lock(&self.tree.nodes);
-        for i in chain(&nodes, self.node) {
-            let node = &nodes[i];
-            if let Some(limit) = node.caps.max_tokens {
-                let used = node.total.usage.total().saturating_add(node.held_tokens);
-                if used.saturating_add(tokens) > limit {
-                    return Err(TinyAgentsError::LimitExceeded {
-                        kind: LimitKind::Tokens,
-                        limit,
-                        used,
-                    });
-                }
-            }
-            if let Some(limit) = node.caps.max_cost {
-                let used = node.total.cost.saturating_add(node.held_cost);
-                if used.saturating_add(cost) > limit {
-                    return Err(TinyAgentsError::LimitExceeded {
-                        kind: LimitKind::Cost,
-                        limit: limit.nanos(),
-                        used: used.nanos(),
-                    });
-                }
-            }
+        if let Some(refused) = refusal(&nodes, self.node, tokens, cost) {
+            return Err(refused);
         }
         for_chain(&mut nodes, self.node, |node| {
             node.held_tokens = node.held_tokens.saturating_add(tokens);
@@ -295,6 +275,16 @@ impl Spend {
             cost,
             open: true,
         })
+    }
+
+    /// The first cap on this node's path that what is spent and held has
+    /// passed (a call that spent more than it reserved), as the limit it
+    /// reached; `None` while every cap has room, even none.
+    pub fn passed_cap(&self) -> Option<TinyAgentsError> {
+        if !self.capped {
+            return None;
+        }
+        refusal(&lock(&self.tree.nodes), self.node, 0, Cost::ZERO)
     }
 
     /// Adds `spent` to this node's own spend and to every total from here
@@ -361,6 +351,35 @@ impl Spend {
             }
         });
     }
+}
+
+/// The first cap on the path from `node` to the root that `tokens` and
+/// `cost` more would pass, with what was spent and held there.
+fn refusal(nodes: &[Node], node: usize, tokens: u64, cost: Cost) -> Option<TinyAgentsError> {
+    for i in chain(nodes, node) {
+        let node = &nodes[i];
+        if let Some(limit) = node.caps.max_tokens {
+            let used = node.total.usage.total().saturating_add(node.held_tokens);
+            if used.saturating_add(tokens) > limit {
+                return Some(TinyAgentsError::LimitExceeded {
+                    kind: LimitKind::Tokens,
+                    limit,
+                    used,
+                });
+            }
+        }
+        if let Some(limit) = node.caps.max_cost {
+            let used = node.total.cost.saturating_add(node.held_cost);
+            if used.saturating_add(cost) > limit {
+                return Some(TinyAgentsError::LimitExceeded {
+                    kind: LimitKind::Cost,
+                    limit: limit.nanos(),
+                    used: used.nanos(),
+                });
+            }
+        }
+    }
+    None
 }
 
 /// Applies `change` to `node` and every node above it.

@@ -284,10 +284,9 @@ impl AgentAsTool {
         let events = exec
             .as_ref()
             .map_or_else(EventSink::none, |e| e.delegate_events(agent_id.clone()));
-        // The child's run future (several KiB) in a box of its own: the
-        // call's future, boxed by the harness whole, stays small, so boxing
-        // it copies little.
-        let run = Box::pin(self.agent.run(request, self.caller_air_gapped, &events))
+        let run = self
+            .agent
+            .run(request, self.caller_air_gapped, &events)
             .await
             .map_err(|source| AgentToolError::ChildFailed {
                 agent: agent_id.clone(),

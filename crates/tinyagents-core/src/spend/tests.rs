@@ -73,6 +73,8 @@ fn a_dropped_reservation_gives_back_what_it_held() {
     drop(root.reserve(0, Cost::from_nanos(10)).unwrap());
     let held = root.reserve(0, Cost::from_nanos(10)).unwrap();
     assert_eq!(held.cost(), Cost::from_nanos(10));
+    // Held to the cap exactly is not past it.
+    assert_eq!(root.passed_cap(), None);
     assert_eq!(
         root.reserve(0, Cost::from_nanos(1)).unwrap_err(),
         TinyAgentsError::LimitExceeded {
@@ -95,6 +97,14 @@ fn what_a_served_agent_reports_is_recorded_past_the_cap_and_refuses_what_follows
     );
     served.record(&spent(20, 0));
     assert_eq!(root.total().usage.total(), 24);
+    assert_eq!(
+        root.passed_cap(),
+        Some(TinyAgentsError::LimitExceeded {
+            kind: LimitKind::Tokens,
+            limit: 10,
+            used: 24
+        })
+    );
     // Past its cap, a tree refuses even a call that asks for nothing.
     assert_eq!(
         root.reserve(0, Cost::ZERO).unwrap_err(),

@@ -99,48 +99,27 @@ impl AgentHarness {
     }
 
     /// Runs the agent, sending its events to `events`.
-    pub async fn run_with(
-        &self,
+    ///
+    /// The request is prepared, and the run made, when this is called, not
+    /// when the future is first polled: the future holds the run once (not
+    /// the request it was made from, nor a copy of its context and state
+    /// beside it), which matters because a run's future is copied whole
+    /// into a delegating call's, and parked runs hold it.
+    pub fn run_with<'a>(
+        &'a self,
         request: RunRequest,
-        events: &EventSink,
-    ) -> Result<AgentRun, TinyAgentsError> {
+        events: &'a EventSink,
+    ) -> impl Future<Output = Result<AgentRun, TinyAgentsError>> + Send + 'a {
         let (ctx, state) = self.prepare(request);
         let (guard, events) = SegmentGuard::open(events, ctx.run_id.clone());
-        let result = self.run_prepared(ctx, state, &events).await;
-        guard.disarm();
-        result
-    }
-
-    /// [`Self::run_with`] once the request is prepared, on the segment's
-    /// own sink, under its `invoke_agent` span. Each await is instrumented
-    /// on its own (not one async block around them all), so the run's
-    /// future keeps its context and state once.
-    async fn run_prepared(
-        &self,
-        ctx: RunContext,
-        state: State,
-        events: &EventSink,
-    ) -> Result<AgentRun, TinyAgentsError> {
-        let span = trace::invoke_agent(self, &ctx.run_id, &ctx.properties, ctx.depth, Segment::Run);
-        announce(&events.bounded_by(&ctx), &ctx.run_id, self)
-            .instrument(span.clone())
-            .await;
-        let result = if ctx.depth > ctx.limits.max_depth {
-            let refused = Err(TinyAgentsError::LimitExceeded {
-                kind: tinyagents_core::LimitKind::Depth,
-                limit: u64::from(ctx.limits.max_depth),
-                used: u64::from(ctx.depth),
-            });
-            report_failure(events, refused).await
-        } else if let Err(refused) = self.claim_run(&ctx.run_id).await {
-            report_failure(events, Err(refused)).await
-        } else {
-            let mut run = self.open(ctx, state, events);
-            let result = run.drive().instrument(span.clone()).await;
-            report_failure(run.sink(), result).await
-        };
-        trace::run_ended(&span, &result, self);
-        result
+        let mut run = self.open(ctx, state, &events);
+        // The run is used where it lies, never moved out: the future holds
+        // it once.
+        async move {
+            let result = run.run_segment(&events).await;
+            guard.disarm();
+            result
+        }
     }
 
     /// The agent's name in spans: its id, or `agent`.
@@ -232,6 +211,40 @@ impl AgentHarness {
 }
 
 impl Run<'_> {
+    /// [`AgentHarness::run_with`]'s segment, on the segment's own sink
+    /// (`events`), under its `invoke_agent` span: announced, refused when
+    /// deeper than `max_depth` or when the run id is taken, else driven. Each await
+    /// is instrumented on its own (not one async block around them all).
+    async fn run_segment(&mut self, events: &EventSink) -> Result<AgentRun, TinyAgentsError> {
+        let harness = self.harness;
+        let ctx = &self.ctx;
+        let span = trace::invoke_agent(
+            harness,
+            &ctx.run_id,
+            &ctx.properties,
+            ctx.depth,
+            Segment::Run,
+        );
+        announce(&events.bounded_by(ctx), &ctx.run_id, harness)
+            .instrument(span.clone())
+            .await;
+        let result = if self.ctx.depth > self.ctx.limits.max_depth {
+            let refused = TinyAgentsError::LimitExceeded {
+                kind: tinyagents_core::LimitKind::Depth,
+                limit: u64::from(self.ctx.limits.max_depth),
+                used: u64::from(self.ctx.depth),
+            };
+            report_failure(events, Err(refused)).await
+        } else if let Err(refused) = harness.claim_run(&self.ctx.run_id).await {
+            report_failure(events, Err(refused)).await
+        } else {
+            let result = self.drive().instrument(span.clone()).await;
+            report_failure(self.sink(), result).await
+        };
+        trace::run_ended(&span, &result, harness);
+        result
+    }
+
     /// What every call of this run is made in.
     pub(crate) fn env(&self) -> CallEnv<'_> {
         CallEnv {
@@ -289,7 +302,7 @@ impl Run<'_> {
             // A call may spend past its reservation (its prompt was
             // under-estimated): a response that crossed a cap has its calls
             // refused.
-            let token_limit = spending::passed_cap(self.ctx.spend());
+            let token_limit = self.ctx.spend().passed_cap();
             self.state.usage += response.usage;
             if response.tool_calls.is_empty() {
                 let text = self.screen_output(&response.content).await?;

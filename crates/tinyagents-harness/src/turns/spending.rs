@@ -133,15 +133,6 @@ impl HeldCall {
     }
 }
 
-/// The first cap on `spend`'s path that its spend has passed (a call used
-/// more than its reservation held), as the limit it reached.
-pub(crate) fn passed_cap(spend: &Spend) -> Option<TinyAgentsError> {
-    if !spend.is_capped() {
-        return None;
-    }
-    spend.reserve(0, Cost::ZERO).err()
-}
-
 fn message_bytes(message: &Message) -> u64 {
     match message {
         Message::Assistant {
