@@ -985,3 +985,26 @@ async fn a_run_that_ends_in_an_error_ends_its_stream_with_run_failed() {
         })
     );
 }
+
+/// `run_with` makes the run when it is called, but a future dropped before
+/// it is polled started nothing: no event, no model call, and the run id
+/// is free for a run that does start.
+#[tokio::test]
+async fn a_run_future_dropped_unpolled_sends_nothing_and_asks_no_model() {
+    let model = script(vec![ChatResponse::text("done")]);
+    let harness = AgentHarness::builder(Arc::clone(&model)).build().unwrap();
+    let (sink, collected) = collector();
+    let request = RunRequest::new("go").with_run_id(RunId::new("once"));
+    drop(harness.run_with(request, &sink));
+    drop(sink);
+    assert_eq!(collected.await.unwrap(), Vec::<AgentEvent>::new());
+    assert_eq!(model.calls(), 0);
+    let run = harness
+        .run_with(
+            RunRequest::new("go").with_run_id(RunId::new("once")),
+            &EventSink::none(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(run.status, RunStatus::Completed);
+}

@@ -97,6 +97,35 @@ impl SegmentGuard {
     pub(crate) fn disarm(mut self) {
         self.armed = false;
     }
+
+    /// Not armed until [`Unarmed::arm`]: for a segment made before its
+    /// future is first polled, so that a future dropped unpolled (a run
+    /// that never started) closes nothing.
+    pub(crate) fn unarmed(mut self) -> Unarmed {
+        let active = std::mem::replace(&mut self.armed, false);
+        Unarmed {
+            guard: self,
+            active,
+        }
+    }
+}
+
+/// A [`SegmentGuard`] that closes nothing until its segment starts.
+pub(crate) struct Unarmed {
+    guard: SegmentGuard,
+    active: bool,
+}
+
+impl Unarmed {
+    /// The segment started: from here, it closes its stream if dropped.
+    pub(crate) fn arm(&mut self) {
+        self.guard.armed = self.active;
+    }
+
+    /// The segment reached its end and closed its stream itself.
+    pub(crate) fn disarm(self) {
+        self.guard.disarm();
+    }
 }
 
 impl Drop for SegmentGuard {

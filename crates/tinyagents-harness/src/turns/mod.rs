@@ -112,10 +112,13 @@ impl AgentHarness {
     ) -> impl Future<Output = Result<AgentRun, TinyAgentsError>> + Send + 'a {
         let (ctx, state) = self.prepare(request);
         let (guard, events) = SegmentGuard::open(events, ctx.run_id.clone());
+        let mut guard = guard.unarmed();
         let mut run = self.open(ctx, state, &events);
         // The run is used where it lies, never moved out: the future holds
-        // it once.
+        // it once. A future dropped before it is polled started nothing and
+        // closes nothing.
         async move {
+            guard.arm();
             let result = run.run_segment(&events).await;
             guard.disarm();
             result
