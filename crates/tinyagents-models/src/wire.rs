@@ -267,11 +267,6 @@ pub(crate) fn parse_object(bytes: &[u8], what: &str) -> Result<Value, ModelError
     Ok(value)
 }
 
-/// A non-negative integer field, 0 when absent or of another type.
-pub(crate) fn u64_field(value: &Value, name: &str) -> u64 {
-    value.get(name).and_then(Value::as_u64).unwrap_or(0)
-}
-
 /// A string field, if present and a string.
 pub(crate) fn str_field<'a>(value: &'a Value, name: &str) -> Option<&'a str> {
     value.get(name).and_then(Value::as_str)

@@ -13,8 +13,6 @@
 use serde_json::Value;
 use tinyagents_core::Usage;
 
-use crate::wire::u64_field;
-
 /// The [`Usage`] an OpenAI `usage` object reports.
 ///
 /// A breakdown larger than its whole is capped at the whole: the cached
@@ -37,6 +35,11 @@ fn detail(value: &Value, object: &str, field: &str) -> u64 {
     value
         .get(object)
         .map_or(0, |details| u64_field(details, field))
+}
+
+/// A non-negative integer field, 0 when absent or of another type.
+fn u64_field(value: &Value, name: &str) -> u64 {
+    value.get(name).and_then(Value::as_u64).unwrap_or(0)
 }
 
 #[cfg(test)]
