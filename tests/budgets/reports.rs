@@ -159,3 +159,37 @@ async fn the_default_estimate_reserves_for_the_prompt_as_it_grows() {
     );
     assert_eq!(model.calls(), 1);
 }
+
+/// The prompt estimator is host code: when it panics the model call is
+/// not made and the run fails closed, naming the estimator; with no cap
+/// anywhere it is never called.
+#[tokio::test]
+async fn a_panicking_prompt_estimator_refuses_the_call_and_fails_the_run_naming_it() {
+    let model = Arc::new(ScriptedModel::new([answer("done", 1, 1)]).named(MODEL));
+    let build = |limits: RunLimits| {
+        AgentHarness::builder(Arc::clone(&model))
+            .prices(prices())
+            .prompt_estimator(|_| panic!("tokenizer missing"))
+            .limits(limits)
+            .build()
+            .unwrap()
+    };
+    let capped = build(RunLimits::default().with_max_tokens(1_000_000));
+    let (result, events) = tinyagents_tests::run_collecting(&capped, RunRequest::new("go")).await;
+    let error = result.unwrap_err();
+    assert_eq!(
+        error,
+        TinyAgentsError::Denied {
+            by: "the prompt estimator".into(),
+            reason: "it panicked: tokenizer missing".into()
+        }
+    );
+    assert_eq!(model.calls(), 0);
+    assert!(matches!(events.last(), Some(AgentEvent::RunFailed { .. })));
+    // Uncapped, nothing is estimated: the run is made as usual.
+    let uncapped = build(RunLimits::default());
+    assert_eq!(
+        uncapped.run("go").await.unwrap().status,
+        RunStatus::Completed
+    );
+}

@@ -8,11 +8,14 @@
 //! cap anywhere reserves nothing and estimates nothing: its calls are only
 //! counted and priced.
 
+use std::panic::AssertUnwindSafe;
+
 use tinyagents_core::{
     ChatRequest, Cost, Message, ModelPrice, Reservation, Spend, Spent, TinyAgentsError, Usage,
 };
 
 use super::Run;
+use crate::call::panicked;
 use crate::pricing::{DEFAULT_OUTPUT_RESERVE, json_bytes, len};
 
 /// The default estimate's running count of the transcript: messages are
@@ -49,7 +52,7 @@ impl Run<'_> {
                 .max_output_tokens
                 .unwrap_or(DEFAULT_OUTPUT_RESERVE),
         );
-        let input = self.prompt_estimate();
+        let input = self.prompt_estimate()?;
         let cost = price.map_or(Cost::ZERO, |p| p.worst_case(input, output));
         let reservation = self
             .ctx
@@ -86,7 +89,10 @@ impl Run<'_> {
     /// The prompt's tokens by the host's estimator, or by the default
     /// one: a token per three bytes of text (rounded up), plus four per
     /// message, which over-counts most tokenizers on most text.
-    fn prompt_estimate(&mut self) -> u64 {
+    ///
+    /// The host's estimator is host code: a panic in it refuses the call
+    /// (fails closed), naming the estimator.
+    fn prompt_estimate(&mut self) -> Result<u64, TinyAgentsError> {
         let messages = &self.state.messages;
         if let Some(estimator) = &self.harness.pricing.estimator {
             let request = ChatRequest {
@@ -95,7 +101,8 @@ impl Run<'_> {
                 options: self.options.as_ref().unwrap_or(&self.harness.options),
                 deltas: None,
             };
-            return estimator(&request);
+            return std::panic::catch_unwind(AssertUnwindSafe(|| estimator(&request)))
+                .map_err(|panic| panicked("the prompt estimator", panic.as_ref()));
         }
         let tally = &mut self.prompt;
         if tally.counted > messages.len() {
@@ -110,7 +117,7 @@ impl Run<'_> {
         let per_message = u64::try_from(messages.len())
             .unwrap_or(u64::MAX)
             .saturating_mul(4);
-        bytes.div_ceil(3).saturating_add(per_message)
+        Ok(bytes.div_ceil(3).saturating_add(per_message))
     }
 }
 
