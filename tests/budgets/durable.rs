@@ -200,3 +200,58 @@ async fn a_recovered_tree_keeps_what_its_abandoned_child_had_spent() {
     assert_eq!(helper.agent.as_ref().map(|a| a.as_str()), Some("helper"));
     assert_eq!(helper.parent.as_ref(), Some(&top));
 }
+
+/// A run made under a caller's node (as a served call is under the budget
+/// its caller sent) waits for a person after one call of 10 tokens, and is
+/// resumed in that same tree (`ResumeOptions::spend`): the resumed run
+/// starts from its 10 without counting them again above, and the
+/// caller's cap of 25 binds it: its second call fits (20), its third (30)
+/// is refused before it is made.
+#[tokio::test]
+async fn a_run_resumed_in_its_callers_tree_is_bound_by_its_caps_and_counted_once() {
+    use tinyagents::core::Spend;
+    let caller = Spend::root(
+        RunId::new("caller"),
+        None,
+        SpendCaps {
+            max_tokens: Some(25),
+            max_cost: None,
+        },
+        Spent::default(),
+        None,
+    );
+    let wire =
+        ProbeTool::new("wire", false, Behaviour::Yield(1)).with_spec(ToolSpec::approval_required);
+    let model = ScriptedModel::new([
+        calling("wire", json!({}), 5, 5),
+        calling("add", json!({"a": 1, "b": 2}), 5, 5),
+        answer("never asked", 5, 5),
+    ]);
+    let harness = priced(model, 10, |b| {
+        b.tools([Arc::clone(&wire) as Arc<dyn Tool>])
+            .limits(RunLimits::default().with_behavior(LimitBehavior::Stop))
+    });
+    let mut request = RunRequest::new("go");
+    request.spend = Some(caller.clone());
+    let waiting = harness.run_with(request, &EventSink::none()).await.unwrap();
+    let suspended = waiting.suspended.clone().unwrap();
+    assert_eq!(caller.total().usage.total(), 10);
+    let decisions: Vec<ApprovalDecision> = suspended.pending().map(|p| p.approve()).collect();
+    let options = ResumeOptions {
+        spend: Some(caller.clone()),
+        ..ResumeOptions::default()
+    };
+    let run = harness
+        .resume(suspended, &decisions, options, &EventSink::none())
+        .await
+        .unwrap();
+    assert_eq!(
+        run.status,
+        RunStatus::LimitReached(tinyagents::core::LimitKind::Tokens)
+    );
+    assert_eq!(run.budget.spent.usage.total(), 20);
+    assert_eq!(run.budget.spent.model_calls, 2);
+    // Counted once above: 10 before the wait, 10 after.
+    assert_eq!(caller.total().usage.total(), 20);
+    assert_eq!(wire.calls.load(Ordering::SeqCst), 1);
+}

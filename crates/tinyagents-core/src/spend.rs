@@ -215,6 +215,27 @@ impl Spend {
         }
     }
 
+    /// A node under this one for a run resumed in the tree it spent in
+    /// before (a served call resumed under the budget its caller sent): it
+    /// starts from `spent`, which the nodes above already count, so
+    /// nothing is counted twice.
+    #[must_use]
+    pub fn child_resumed(
+        &self,
+        run_id: RunId,
+        agent: Option<AgentId>,
+        caps: SpendCaps,
+        spent: Spent,
+    ) -> Self {
+        let child = self.child(run_id, agent, caps);
+        let mut nodes = lock(&self.tree.nodes);
+        let node = &mut nodes[child.node];
+        node.own = spent;
+        node.total = spent;
+        drop(nodes);
+        child
+    }
+
     /// The tree's prices, set by its root run.
     pub fn prices(&self) -> Option<&Arc<PriceTable>> {
         self.tree.prices.as_ref()

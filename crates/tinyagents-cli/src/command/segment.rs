@@ -154,6 +154,7 @@ impl Runner<'_> {
         let options = |decisions| ResumeOptions {
             cancel: Some(stop.clone()),
             decisions,
+            ..ResumeOptions::default()
         };
         let journal = &mut Journal::new(Arc::clone(&self.stores.runs), run_id.clone(), claim.epoch);
         match next {

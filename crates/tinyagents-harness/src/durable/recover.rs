@@ -209,13 +209,21 @@ impl AgentHarness {
         let tracker = Arc::new(LimitTracker::restore(&limits, saved.budget));
         // What it had spent, it and the runs it delegated to, is where the
         // tree goes on from: counted once, never forgotten.
-        let spend = Spend::root(
+        let (run_id, agent, caps) = (
             saved.run_id.clone(),
             self.calls.agent_id.clone(),
             SpendCaps::of(&limits),
-            saved.budget.spent(),
-            self.pricing.prices.clone(),
         );
+        let spend = match &options.spend {
+            Some(parent) => parent.child_resumed(run_id, agent, caps, saved.budget.spent()),
+            None => Spend::root(
+                run_id,
+                agent,
+                caps,
+                saved.budget.spent(),
+                self.pricing.prices.clone(),
+            ),
+        };
         let mut ctx = RunContext::with_budget(saved.run_id, limits, tracker, spend);
         if let Some(token) = options.cancel {
             ctx = ctx.with_cancellation(token);

@@ -33,6 +33,14 @@ pub struct ResumeOptions {
     /// once. A resume takes its decisions as an argument and refuses any
     /// here.
     pub decisions: Vec<ApprovalDecision>,
+    /// The node of the tree the run spent in before it was suspended, when
+    /// it is resumed in that same tree (a server resuming a served call
+    /// under the budget its caller sent): the resumed run's node is made
+    /// under it, starting from what the run had spent, which the nodes
+    /// above already count, and every cap above binds it. `None` (the
+    /// default): the run is the root of its own tree again, starting from
+    /// what its state says it spent.
+    pub spend: Option<tinyagents_core::Spend>,
 }
 
 impl AgentHarness {

@@ -122,8 +122,11 @@ pub(crate) async fn call_tool(
         };
         // The suspended state is resumed here, once, with decisions made
         // from it; the harness refuses any second resume of it.
+        // Under the budget its caller sent, the resumed run goes on in the
+        // same tree, from what it had spent.
         let options = ResumeOptions {
             cancel: Some(context.ct.clone()),
+            spend: root.clone(),
             ..ResumeOptions::default()
         };
         run = watch

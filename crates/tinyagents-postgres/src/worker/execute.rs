@@ -106,6 +106,7 @@ async fn drive(
     let options = |decisions| ResumeOptions {
         cancel: Some(token.clone()),
         decisions,
+        ..ResumeOptions::default()
     };
     let next = match next_segment(claim, ledger).await {
         Ok(next) => next,
