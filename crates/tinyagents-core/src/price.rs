@@ -78,14 +78,20 @@ impl std::ops::AddAssign for Cost {
 /// half cents), `0.000002`, `12`.
 impl fmt::Display for Cost {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let whole = self.nanos / NANOS_PER_UNIT;
-        let fraction = self.nanos % NANOS_PER_UNIT;
-        if fraction == 0 {
-            return write!(f, "{whole}");
-        }
-        let digits = format!("{fraction:09}");
-        write!(f, "{whole}.{}", digits.trim_end_matches('0'))
+        write_scaled(f, self.nanos, 9)
     }
+}
+
+/// `value` in units of `10^-decimals`, as a decimal with the fraction's
+/// significant digits only (`1.5`, `12`).
+fn write_scaled(f: &mut fmt::Formatter<'_>, value: u64, decimals: usize) -> fmt::Result {
+    let unit = (0..decimals).fold(1u64, |unit, _| unit * 10);
+    let (whole, fraction) = (value / unit, value % unit);
+    if fraction == 0 {
+        return write!(f, "{whole}");
+    }
+    let digits = format!("{fraction:0decimals$}");
+    write!(f, "{whole}.{}", digits.trim_end_matches('0'))
 }
 
 /// Why a price or an amount could not be read.
@@ -207,13 +213,7 @@ impl FromStr for Rate {
 impl fmt::Display for Rate {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // Billionths per token are thousandths per million tokens.
-        let whole = self.nanos_per_token / 1_000;
-        let fraction = self.nanos_per_token % 1_000;
-        if fraction == 0 {
-            return write!(f, "{whole}");
-        }
-        let digits = format!("{fraction:03}");
-        write!(f, "{whole}.{}", digits.trim_end_matches('0'))
+        write_scaled(f, self.nanos_per_token, 3)
     }
 }
 
