@@ -30,7 +30,7 @@
 //! result's `_meta` says what the call's run spent ([`SPENT_META`]); a
 //! tinyagents client records it on a child of the calling run's node
 //! ([`tinyagents_core::Spend::record`]), so the caller's `budget.spent`
-//! and `spend_report` hold it and its caps refuse what follows. When the
+//! and `spend_report()` hold it and its caps refuse what follows. When the
 //! caller's tree is capped, the request's `_meta` carries what it has left
 //! ([`BUDGET_META`]), and the server runs the call under it, so a served
 //! agent's model call the caller cannot afford is not made.
