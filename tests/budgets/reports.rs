@@ -193,3 +193,62 @@ async fn a_panicking_prompt_estimator_refuses_the_call_and_fails_the_run_naming_
         RunStatus::Completed
     );
 }
+
+/// A "model" that stands for something else (an MCP client in the model's
+/// seat) says it is not metered.
+struct Unmetered(ScriptedModel);
+
+#[async_trait]
+impl ChatModel for Unmetered {
+    fn name(&self) -> &str {
+        self.0.name()
+    }
+
+    fn metered(&self) -> bool {
+        false
+    }
+
+    async fn chat(
+        &self,
+        request: tinyagents::core::ChatRequest<'_>,
+    ) -> Result<ChatResponse, tinyagents::core::ModelError> {
+        self.0.chat(request).await
+    }
+}
+
+/// An unmetered model's calls are neither reserved, priced nor counted:
+/// with no price, under a `max_cost` of nothing and a `max_tokens` of one,
+/// its run makes both calls and spends nothing.
+#[tokio::test]
+async fn an_unmetered_models_calls_hold_cost_and_count_nothing() {
+    let model = Unmetered(
+        ScriptedModel::new([
+            calling("add", json!({"a": 1, "b": 2}), 100, 10),
+            answer("done", 100, 10),
+        ])
+        .named("relay"),
+    );
+    let harness = AgentHarness::builder(model)
+        .prices(prices())
+        .tool(tinyagents_tests::add_tool())
+        .limits(
+            RunLimits::default()
+                .with_max_cost(Cost::ZERO)
+                .with_max_tokens(1),
+        )
+        .build()
+        .unwrap();
+    let (result, events) = tinyagents_tests::run_collecting(&harness, RunRequest::new("go")).await;
+    let run = result.unwrap();
+    assert_eq!(run.status, RunStatus::Completed);
+    assert_eq!(run.budget.spent, Spent::default());
+    assert_eq!(run.usage, Usage::new(200, 20), "its own usage is still told");
+    let costs: Vec<Option<Cost>> = events
+        .iter()
+        .filter_map(|e| match e {
+            AgentEvent::ModelCompleted { cost, .. } => Some(*cost),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(costs, [None, None]);
+}

@@ -190,6 +190,36 @@ impl Tool for Spawner {
     }
 }
 
+/// The spawner's late nested call `late` was refused as `parent settled:
+/// <parent>`, never ran `counted` and never started.
+async fn assert_late_call_refused(
+    spawner: &Spawner,
+    counted: &crate::Counted,
+    events: &[AgentEvent],
+    parent: &str,
+    late: &str,
+) {
+    let task = spawner.task.lock().take().expect("the spawner ran");
+    let refused = task
+        .await
+        .unwrap()
+        .expect_err("the late nested call is refused");
+    assert!(
+        refused
+            .to_string()
+            .starts_with(&format!("parent settled: {parent}")),
+        "{refused}"
+    );
+    assert_eq!(counted.runs(), 0, "the late nested call never ran");
+    assert!(
+        !events.iter().any(|e| matches!(
+            e,
+            AgentEvent::ToolStarted { call_id, .. } if call_id.as_str() == late
+        )),
+        "the late nested call never started"
+    );
+}
+
 /// A read-only tool that sleeps, keeping its batch (and the loop serving
 /// nested calls) alive after the spawner settled.
 fn sleeper() -> Arc<dyn Tool> {
@@ -233,23 +263,7 @@ async fn i32_a_nested_call_sent_before_its_model_issued_parent_settled_and_serve
     let run = result.unwrap();
     assert_eq!(run.status, RunStatus::Completed);
     assert_one_run_end(&events);
-    let task = spawner.task.lock().take().expect("the spawner ran");
-    let refused = task
-        .await
-        .unwrap()
-        .expect_err("the late nested call is refused");
-    assert!(
-        refused.to_string().starts_with("parent settled: p1"),
-        "{refused}"
-    );
-    assert_eq!(counted.runs(), 0, "the late nested call never ran");
-    assert!(
-        !events.iter().any(|e| matches!(
-            e,
-            AgentEvent::ToolStarted { call_id, .. } if call_id.as_str() == "p1/1"
-        )),
-        "the late nested call never started"
-    );
+    assert_late_call_refused(&spawner, &counted, &events, "p1", "p1/1").await;
 }
 
 /// NT-24 on the nested origin: a nested call (`p1/1/1`) that a nested
@@ -272,21 +286,5 @@ async fn i32_a_nested_call_sent_before_its_nested_parent_settled_and_served_afte
         .expect("the run ended");
     assert_eq!(result.unwrap().status, RunStatus::Completed);
     assert_one_run_end(&events);
-    let task = spawner.task.lock().take().expect("the spawner ran");
-    let refused = task
-        .await
-        .unwrap()
-        .expect_err("the late nested call is refused");
-    assert!(
-        refused.to_string().starts_with("parent settled: p1/1"),
-        "{refused}"
-    );
-    assert_eq!(counted.runs(), 0, "the late nested call never ran");
-    assert!(
-        !events.iter().any(|e| matches!(
-            e,
-            AgentEvent::ToolStarted { call_id, .. } if call_id.as_str() == "p1/1/1"
-        )),
-        "the late nested call never started"
-    );
+    assert_late_call_refused(&spawner, &counted, &events, "p1/1", "p1/1/1").await;
 }

@@ -266,6 +266,14 @@ pub trait ChatModel: Send + Sync {
         "unknown"
     }
 
+    /// Whether its calls spend tokens and money (true). A "model" that
+    /// stands for something else, such as an MCP client in the model's
+    /// seat, says no: its calls are neither reserved, priced nor counted
+    /// in its run's spend.
+    fn metered(&self) -> bool {
+        true
+    }
+
     /// Answers one request. Dropping the future cancels the call.
     async fn chat(&self, request: ChatRequest<'_>) -> Result<ChatResponse, ModelError>;
 }
@@ -298,6 +306,10 @@ impl<T: ChatModel + ?Sized> ChatModel for std::sync::Arc<T> {
 
     fn provider(&self) -> &str {
         (**self).provider()
+    }
+
+    fn metered(&self) -> bool {
+        (**self).metered()
     }
 
     // The shared model's own future, not one boxed around it: written as

@@ -91,14 +91,16 @@ pub struct Spent {
     pub unpriced_calls: u32,
 }
 
-impl Spent {
-    fn add(&mut self, other: &Self) {
+impl std::ops::AddAssign<&Spent> for Spent {
+    fn add_assign(&mut self, other: &Spent) {
         self.usage += other.usage;
         self.cost += other.cost;
         self.model_calls = self.model_calls.saturating_add(other.model_calls);
         self.unpriced_calls = self.unpriced_calls.saturating_add(other.unpriced_calls);
     }
+}
 
+impl Spent {
     /// One model call's spend: `usage`, at `cost` (`None`: unpriced).
     pub fn call(usage: Usage, cost: Option<Cost>) -> Self {
         Self {
@@ -314,8 +316,8 @@ impl Spend {
     /// every later reservation under it is then refused.
     pub fn record(&self, spent: &Spent) {
         let mut nodes = lock(&self.tree.nodes);
-        nodes[self.node].own.add(spent);
-        for_chain(&mut nodes, self.node, |node| node.total.add(spent));
+        nodes[self.node].own += spent;
+        for_chain(&mut nodes, self.node, |node| node.total += spent);
     }
 
     /// What this node's run spent itself.
@@ -362,13 +364,13 @@ impl Spend {
     fn settle(&self, tokens: u64, cost: Cost, spent: Option<&Spent>) {
         let mut nodes = lock(&self.tree.nodes);
         if let Some(spent) = spent {
-            nodes[self.node].own.add(spent);
+            nodes[self.node].own += spent;
         }
         for_chain(&mut nodes, self.node, |node| {
             node.held_tokens = node.held_tokens.saturating_sub(tokens);
             node.held_cost = node.held_cost.saturating_sub(cost);
             if let Some(spent) = spent {
-                node.total.add(spent);
+                node.total += spent;
             }
         });
     }

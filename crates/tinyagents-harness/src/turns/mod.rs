@@ -419,7 +419,7 @@ impl Run<'_> {
                 return Err(error);
             }
         };
-        let cost = held.settle(self.ctx.spend(), self.model_price(), response.usage);
+        let cost = held.settle(self.ctx.spend(), || self.model_price(), response.usage);
         let capture = self.ctx.capture.model_io;
         trace::chat_answered(&span, &response, cost, capture, redaction);
         events

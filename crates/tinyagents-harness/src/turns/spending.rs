@@ -26,10 +26,16 @@ pub(crate) struct PromptTally {
     bytes: u64,
 }
 
-/// A model call's reservation.
-pub(crate) struct HeldCall {
-    /// `None` when nothing caps the tree: there is nothing to hold.
-    reservation: Option<Reservation>,
+/// What a model call holds of its tree until it is settled.
+pub(crate) enum HeldCall {
+    /// The model is not metered (`ChatModel::metered`): nothing is held,
+    /// priced or recorded.
+    Unmetered,
+    /// Nothing caps the tree: nothing is held; what the call spent is
+    /// recorded when it is settled.
+    Unheld,
+    /// The call's worst case, held on every node to the root.
+    Held(Reservation),
 }
 
 impl Run<'_> {
@@ -37,9 +43,12 @@ impl Run<'_> {
     /// cap it would pass. A capped tree that prices money refuses a model
     /// without a price: its cost could not be bounded.
     pub(crate) fn reserve_model_call(&mut self) -> Result<HeldCall, TinyAgentsError> {
+        if !self.harness.model.metered() {
+            return Ok(HeldCall::Unmetered);
+        }
         let spend = self.ctx.spend();
         if !spend.is_capped() {
-            return Ok(HeldCall { reservation: None });
+            return Ok(HeldCall::Unheld);
         }
         let price = self.model_price();
         if price.is_none() && spend.caps_cost() {
@@ -58,9 +67,7 @@ impl Run<'_> {
             .ctx
             .spend()
             .reserve(input.saturating_add(output), cost)?;
-        Ok(HeldCall {
-            reservation: Some(reservation),
-        })
+        Ok(HeldCall::Held(reservation))
     }
 
     /// The price of this run's model: the harness's table, else its tree's.
@@ -123,18 +130,23 @@ impl Run<'_> {
 
 impl HeldCall {
     /// Spends what the call used, at its price, and gives back the rest of
-    /// the reservation; returns the call's cost (`None`: unpriced).
+    /// the reservation; returns the call's cost (`None`: unpriced, or not
+    /// metered).
+    /// `price` is looked up only for a metered call.
     pub(crate) fn settle(
         self,
         spend: &Spend,
-        price: Option<ModelPrice>,
+        price: impl FnOnce() -> Option<ModelPrice>,
         usage: Usage,
     ) -> Option<Cost> {
-        let cost = price.map(|price| price.cost(&usage));
+        if matches!(self, HeldCall::Unmetered) {
+            return None;
+        }
+        let cost = price().map(|price| price.cost(&usage));
         let spent = Spent::call(usage, cost);
-        match self.reservation {
-            Some(reservation) => reservation.settle(&spent),
-            None => spend.record(&spent),
+        match self {
+            HeldCall::Held(reservation) => reservation.settle(&spent),
+            HeldCall::Unheld | HeldCall::Unmetered => spend.record(&spent),
         }
         cost
     }

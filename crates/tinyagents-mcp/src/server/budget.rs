@@ -8,37 +8,17 @@
 //! server's limits, never raises them). A served agent's run is the relay
 //! run's child, as any delegated run is its caller's: its model calls
 //! reserve against the budget, and one it cannot afford is not made. The
-//! relay's own turns reserve nothing (see [`relay_defaults`]).
+//! relay's own turns are not model calls: its model is not metered
+//! (`ChatModel::metered`), so they hold, cost and count nothing, and what a
+//! relay run spent is what the runs under it spent.
 
 use std::sync::Arc;
 
 use rmcp::model::{CallToolResult, MetaObject, RequestMetaObject};
 use serde::Deserialize;
-use tinyagents_core::{
-    ModelOptions, ModelPrice, PriceTable, RunId, RunSpend, Spend, SpendCaps, Spent,
-};
-use tinyagents_harness::AgentHarnessBuilder;
+use tinyagents_core::{PriceTable, RunId, Spend, SpendCaps, Spent};
 
-use super::relay::RELAY_MODEL_NAME;
 use crate::{BUDGET_META, RUN_ID_META, SPENT_META};
-
-/// The relay's settings that keep it out of any budget: its turns are not
-/// model calls, so each reserves nothing (no prompt estimate, no output)
-/// and is priced at nothing, under a `max_tokens` or a `max_cost` alike.
-pub(crate) fn relay_defaults(harness: AgentHarnessBuilder) -> AgentHarnessBuilder {
-    harness
-        .model_options(ModelOptions {
-            max_output_tokens: Some(0),
-            ..ModelOptions::default()
-        })
-        .prompt_estimator(|_| 0)
-        .prices(with_relay(PriceTable::default()))
-}
-
-/// `prices` with the relay's price (nothing) added.
-pub(crate) fn with_relay(prices: PriceTable) -> PriceTable {
-    prices.with_model(RELAY_MODEL_NAME, ModelPrice::default())
-}
 
 /// The budget the request's `_meta` carries, if it carries one that caps
 /// anything. One that cannot be read is ignored with a warning: the call
@@ -68,21 +48,6 @@ pub(crate) fn budget_root(
 ) -> Spend {
     let root = RunId::from(format!("{run_id}.budget"));
     Spend::root(root, None, budget, Spent::default(), prices)
-}
-
-/// What relay run `run` spent, from a report of its tree: the totals of
-/// the runs it delegated to (the relay's own turns left out).
-pub(crate) fn served_spent(report: &[RunSpend], run: &RunId) -> Spent {
-    report
-        .iter()
-        .filter(|line| line.parent.as_ref() == Some(run))
-        .fold(Spent::default(), |mut sum, line| {
-            sum.usage += line.total.usage;
-            sum.cost += line.total.cost;
-            sum.model_calls = sum.model_calls.saturating_add(line.total.model_calls);
-            sum.unpriced_calls = sum.unpriced_calls.saturating_add(line.total.unpriced_calls);
-            sum
-        })
 }
 
 /// Names the server's run of the call in the result's `_meta`, with what

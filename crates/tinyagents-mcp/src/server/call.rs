@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::Served;
 use super::approval::{Approver, Asked, Decided, MAX_APPROVAL_ROUNDS};
-use super::budget::{budget_root, served_spent, wire_budget, with_run};
+use super::budget::{budget_root, wire_budget, with_run};
 use super::relay::RelayedCall;
 
 /// Runs the call `params` names in a run of its own: the relay issues it,
@@ -93,7 +93,7 @@ pub(crate) async fn call_tool(
             break;
         }
         if rounds == MAX_APPROVAL_ROUNDS {
-            let spent = served_spent(&current.spend_report(), &current.run_id);
+            let spent = current.budget.spent;
             return Ok(with_run(
                 error_result(format!(
                     "the call of '{tool}' still waits for approval after {MAX_APPROVAL_ROUNDS} \
@@ -137,7 +137,7 @@ pub(crate) async fn call_tool(
     }
     Ok(match run {
         Ok(run) => {
-            let spent = served_spent(&run.spend_report(), &run.run_id);
+            let spent = run.budget.spent;
             with_run(answer(&tool, run), &run_id, Some(spent))
         }
         // A failed run reports nothing; under a budget its root still
@@ -145,7 +145,7 @@ pub(crate) async fn call_tool(
         Err(error) => with_run(
             error_result(format!("the call of '{tool}' failed: {error}")),
             &run_id,
-            root.map(|root| served_spent(&root.report(), &run_id)),
+            root.map(|root| root.total()),
         ),
     })
 }

@@ -49,8 +49,8 @@ pub const DEFAULT_MAX_CONCURRENT_CALLS: usize = 64;
 /// caps the run from above, lowering the server's `max_tokens` and
 /// `max_cost` for that call (never raising them). A served agent whose
 /// model call that budget cannot afford stops as at any of its limits, and
-/// the call answers as it does then. The relay's own turns reserve and
-/// cost nothing.
+/// the call answers as it does then. The relay's own turns are not model
+/// calls: they hold, cost and count nothing.
 ///
 /// A call that needs a person's approval (the tool's spec, a policy, the
 /// gate) asks the MCP client, when it declared the `elicitation`
@@ -143,7 +143,7 @@ impl McpServer {
             name: name.into(),
             version: env!("CARGO_PKG_VERSION").to_owned(),
             instructions: None,
-            harness: budget::relay_defaults(AgentHarness::builder(RelayModel)),
+            harness: AgentHarness::builder(RelayModel),
             session_stores: Vec::new(),
             allowed_hosts: None,
             allowed_origins: None,
@@ -300,12 +300,11 @@ impl McpServerBuilder {
     /// Prices the model calls of each call's tree: a served agent's whose
     /// own harness sets no prices (see `AgentHarnessBuilder::prices`), so
     /// its cost is reported and a `max_cost` (the server's, or a client's
-    /// budget) binds it. Set them here rather than with
-    /// [`configure`](Self::configure), which would price the relay's own
-    /// turns as unknown and have them refused under a `max_cost`.
+    /// budget) binds it. The relay's own turns are not model calls and cost
+    /// nothing.
     #[must_use]
     pub fn prices(mut self, prices: impl Into<Arc<PriceTable>>) -> Self {
-        let prices = Arc::new(budget::with_relay(Arc::unwrap_or_clone(prices.into())));
+        let prices = prices.into();
         self.harness = self.harness.prices(Arc::clone(&prices));
         self.prices = Some(prices);
         self
@@ -313,9 +312,7 @@ impl McpServerBuilder {
 
     /// Sets the rest of the harness every call runs in: its ledger,
     /// middleware, security gate, redaction, payload capture, detailed
-    /// errors. Leave its model options, prompt estimator and prices: they
-    /// are set so that the relay's turns reserve and cost nothing (prices
-    /// go through [`prices`](Self::prices)).
+    /// errors.
     #[must_use]
     pub fn configure(
         mut self,

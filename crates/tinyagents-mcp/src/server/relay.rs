@@ -36,6 +36,11 @@ impl ChatModel for RelayModel {
         "tinyagents.mcp_relay"
     }
 
+    /// Not a model call: the client's turn spends nothing of a budget.
+    fn metered(&self) -> bool {
+        false
+    }
+
     async fn chat(&self, request: ChatRequest<'_>) -> Result<ChatResponse, ModelError> {
         match request.messages.last() {
             Some(Message::User { content }) => {
