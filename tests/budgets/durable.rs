@@ -255,3 +255,44 @@ async fn a_run_resumed_in_its_callers_tree_is_bound_by_its_caps_and_counted_once
     assert_eq!(caller.total().usage.total(), 20);
     assert_eq!(wire.calls.load(Ordering::SeqCst), 1);
 }
+
+/// With a ledger, a stored state edited to have spent less (its tokens as
+/// a resume counts them, or its money) is refused before anything runs:
+/// the checkpoint says what was spent.
+#[tokio::test]
+async fn a_stored_state_edited_to_have_spent_less_is_refused_with_a_ledger() {
+    let ledger = Arc::new(MemoryLedger::new());
+    let wire =
+        ProbeTool::new("wire", false, Behaviour::Yield(1)).with_spec(ToolSpec::approval_required);
+    let model = ScriptedModel::new([calling("wire", json!({}), 5, 5), answer("done", 5, 5)]);
+    let harness = priced(model, 10, |b| {
+        b.tools([Arc::clone(&wire) as Arc<dyn Tool>])
+            .ledger(Arc::clone(&ledger) as Arc<dyn EffectLedger>)
+    });
+    let suspended = harness.run("go").await.unwrap().suspended.unwrap();
+    assert_eq!(suspended.budget.spent.cost, cost_of(5, 5));
+    let decisions: Vec<ApprovalDecision> = suspended.pending().map(|p| p.approve()).collect();
+    let mut fewer_tokens = suspended.clone();
+    fewer_tokens.budget.spent.usage = Usage::default();
+    let mut less_money = suspended.clone();
+    less_money.budget.spent.cost = Cost::ZERO;
+    for (edited, what) in [(fewer_tokens, "fewer tokens"), (less_money, "less money")] {
+        let error = harness
+            .resume(
+                edited,
+                &decisions,
+                ResumeOptions::default(),
+                &EventSink::none(),
+            )
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains(&format!(
+                "it has spent {what} than the effect ledger's checkpoint records"
+            )),
+            "{error}"
+        );
+    }
+    assert_eq!(wire.calls.load(Ordering::SeqCst), 0, "nothing ran");
+}

@@ -2,12 +2,12 @@
 //! through the facade.
 //!
 //! - `tree`: a coordinator and the agents it delegates to (from a
-//!   model-issued call and from a nested one) spend from one budget; the
-//!   call that would cross `max_cost` is not made, and what was spent is
-//!   exact to the smallest unit; concurrent delegated runs never overspend;
+//!   model-issued call, a nested one and a nested-of-nested one) spend
+//!   from one budget; the call that would cross `max_cost` is not made,
+//!   and what was spent is exact to the smallest unit; concurrent delegated runs never overspend;
 //!   a child's smaller share binds it alone;
 //! - `durable`: a resumed and a recovered run go on from what they spent,
-//!   counted once;
+//!   counted once; a stored state edited to have spent less is refused;
 //! - `reports`: usage and cost reach events, the run's report per agent,
 //!   and spans; an unpriced model is reported, never guessed, and refused
 //!   under `max_cost`.
@@ -105,6 +105,8 @@ pub(crate) enum Origin {
     /// The coordinator's model calls `hop`, whose tool calls `Helper`
     /// through the harness (a nested call).
     Nested,
+    /// `hop` calls `hop`, which calls `Helper` (a nested-of-nested call).
+    NestedOfNested,
 }
 
 impl Origin {
@@ -115,6 +117,12 @@ impl Origin {
             Origin::Nested => calling(
                 "hop",
                 json!({"tool": "Helper", "args": {"query": "go"}}),
+                input,
+                output,
+            ),
+            Origin::NestedOfNested => calling(
+                "hop",
+                json!({"hops": 2, "tool": "Helper", "args": {"query": "go"}}),
                 input,
                 output,
             ),

@@ -242,7 +242,11 @@ async fn an_unmetered_models_calls_hold_cost_and_count_nothing() {
     let run = result.unwrap();
     assert_eq!(run.status, RunStatus::Completed);
     assert_eq!(run.budget.spent, Spent::default());
-    assert_eq!(run.usage, Usage::new(200, 20), "its own usage is still told");
+    assert_eq!(
+        run.usage,
+        Usage::new(200, 20),
+        "its own usage is still told"
+    );
     let costs: Vec<Option<Cost>> = events
         .iter()
         .filter_map(|e| match e {
@@ -251,4 +255,45 @@ async fn an_unmetered_models_calls_hold_cost_and_count_nothing() {
         })
         .collect();
     assert_eq!(costs, [None, None]);
+}
+
+/// A model whose answer comes as its run is cancelled: the tokens were
+/// spent all the same.
+struct CancelsAsItAnswers(tinyagents::core::CancellationToken);
+
+#[async_trait]
+impl ChatModel for CancelsAsItAnswers {
+    fn name(&self) -> &str {
+        MODEL
+    }
+
+    async fn chat(
+        &self,
+        _request: tinyagents::core::ChatRequest<'_>,
+    ) -> Result<ChatResponse, tinyagents::core::ModelError> {
+        self.0.cancel();
+        Ok(answer("too late", 100, 10))
+    }
+}
+
+/// An answer that arrives as the run is cancelled is not used, but what it
+/// spent is counted: the cancelled run's budget holds it.
+#[tokio::test]
+async fn an_answer_that_arrives_as_the_run_is_cancelled_is_counted() {
+    let token = tinyagents::core::CancellationToken::new();
+    let harness = AgentHarness::builder(CancelsAsItAnswers(token.clone()))
+        .prices(prices())
+        .build()
+        .unwrap();
+    let run = harness
+        .run_with(
+            RunRequest::new("go").with_cancellation(token),
+            &EventSink::none(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(run.status, RunStatus::Cancelled);
+    assert_eq!(run.budget.spent.usage, Usage::new(100, 10));
+    assert_eq!(run.budget.spent.cost, cost_of(100, 10));
+    assert_eq!(run.budget.spent.model_calls, 1);
 }

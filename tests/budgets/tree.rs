@@ -87,6 +87,11 @@ async fn a_tree_stops_before_the_delegated_call_that_would_cross_max_cost_nested
     stops_before_the_crossing_call(Origin::Nested).await;
 }
 
+#[tokio::test]
+async fn a_tree_stops_before_the_delegated_call_that_would_cross_max_cost_nested_of_nested() {
+    stops_before_the_crossing_call(Origin::NestedOfNested).await;
+}
+
 /// Four delegations in one turn, run at once on two threads, against a
 /// `max_cost` with room for the coordinator's two calls and two helper
 /// calls only (0.24 of 0.27): whatever the interleaving, exactly two

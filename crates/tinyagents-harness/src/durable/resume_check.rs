@@ -163,7 +163,7 @@ pub(crate) fn check_against_checkpoint(
     if let Some(field) = spent_less(&suspended.budget, &checkpoint.budget) {
         return Err(malformed(
             run,
-            &format!("it has spent fewer {field} than the effect ledger's checkpoint records"),
+            &format!("it has spent {field} than the effect ledger's checkpoint records"),
         ));
     }
     if suspended.active_ms < checkpoint.active_ms {
@@ -175,18 +175,23 @@ pub(crate) fn check_against_checkpoint(
     Ok(())
 }
 
-/// The first budget field in which `stored` is below `saved`.
+/// The first part of the budget in which `stored` is below `saved`, as
+/// the resume's refusal says it. Tokens are read from what a state spent
+/// (`BudgetCounts::spent`, the count a resume goes on from) as well as
+/// from its total, so neither can be edited down alone.
 fn spent_less(stored: &BudgetCounts, saved: &BudgetCounts) -> Option<&'static str> {
+    let (stored_spent, saved_spent) = (stored.spent(), saved.spent());
     if stored.tool_calls < saved.tool_calls {
-        Some("tool calls")
+        Some("fewer tool calls")
     } else if stored.nested_tool_calls < saved.nested_tool_calls {
-        Some("nested tool calls")
+        Some("fewer nested tool calls")
     } else if stored.model_calls < saved.model_calls {
-        Some("model calls")
-    } else if stored.tokens < saved.tokens {
-        Some("tokens")
-    } else if stored.spent.cost < saved.spent.cost {
-        Some("money")
+        Some("fewer model calls")
+    } else if stored.tokens < saved.tokens || stored_spent.usage.total() < saved_spent.usage.total()
+    {
+        Some("fewer tokens")
+    } else if stored_spent.cost < saved_spent.cost {
+        Some("less money")
     } else {
         None
     }

@@ -395,6 +395,11 @@ impl Run<'_> {
             biased;
             answer = until(self.ctx.wall_clock_end(), call) => {
                 if self.ctx.is_cancelled() {
+                    // An answer that came is paid for, cancelled or not:
+                    // what it spent is counted.
+                    if let Some(Ok(Ok(response))) = &answer {
+                        held.settle(self.ctx.spend(), || self.model_price(), response.usage);
+                    }
                     return Ok(ModelOutcome::Cancelled);
                 }
                 answer
